@@ -1,0 +1,1 @@
+"""Lifecycle hooks: planning and rendering the Jobs that run at progress points of a rollout."""

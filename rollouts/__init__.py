@@ -1,0 +1,1 @@
+"""rollouts: the operator, the CollaSet controller, the local control plane tooling and the CLI."""

@@ -1,0 +1,106 @@
+"""The one place ``rollouts`` talks to the Kubernetes API outside kopf's own watches.
+
+Controllers decide purely and hand their plans to helpers here. API failures are mapped
+to typed exceptions (:class:`NotFound`, :class:`Conflict`, :class:`Invalid`) so callers
+never inspect HTTP status codes; only the kopf handler layer turns them into retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+FIELD_MANAGER = "rollouts"
+
+
+class ApiError(Exception):
+    """An API call failed; ``status`` is the HTTP status code, ``reason`` the server's message."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"{status}: {reason}")
+        self.status = status
+        self.reason = reason
+
+
+class NotFound(ApiError):
+    pass
+
+
+class Conflict(ApiError):
+    pass
+
+
+class Invalid(ApiError):
+    pass
+
+
+def map_error(e: ApiException) -> ApiError:
+    import json
+
+    reason = str(e.reason)
+    try:
+        body = json.loads(e.body) if e.body else {}
+        reason = str(body.get("message") or reason)
+    except (ValueError, TypeError):
+        pass
+    status = int(e.status or 0)
+    kind = {404: NotFound, 409: Conflict, 422: Invalid}.get(status, ApiError)
+    return kind(status, reason)
+
+
+async def new_api_client(kubeconfig: str | None = None, *, in_cluster: bool = False) -> client.ApiClient:
+    """An API client from a kubeconfig path, ``$KUBECONFIG``, or the pod's service account."""
+    cfg = client.Configuration()
+    if in_cluster:
+        config.load_incluster_config(client_configuration=cfg)
+    else:
+        await config.load_kube_config(
+            config_file=kubeconfig or os.environ.get("KUBECONFIG"), client_configuration=cfg
+        )
+    # Many pods are patched at once; aiohttp's default of 100 connections would queue them.
+    cfg.connection_pool_maxsize = 256
+    return client.ApiClient(configuration=cfg)
+
+
+@asynccontextmanager
+async def api_session(kubeconfig: str | None = None, *, in_cluster: bool = False) -> AsyncIterator[client.ApiClient]:
+    api = await new_api_client(kubeconfig, in_cluster=in_cluster)
+    try:
+        yield api
+    finally:
+        await api.close()
+
+
+async def apply_crds(api: client.ApiClient, crds: list[Mapping[str, Any]], *, timeout: float = 60) -> None:
+    """Create or update CRDs with server-side apply, then wait until each is Established."""
+    ext = client.ApiextensionsV1Api(api)
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        try:
+            await ext.patch_custom_resource_definition(
+                name=name,
+                body=crd,
+                field_manager=FIELD_MANAGER,
+                force=True,
+                _content_type="application/apply-patch+yaml",
+            )
+        except ApiException as e:
+            raise map_error(e) from e
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        while True:
+            obj = await ext.read_custom_resource_definition(name=name)
+            conditions = (obj.status and obj.status.conditions) or []
+            if any(c.type == "Established" and c.status == "True" for c in conditions):
+                break
+            if loop.time() > deadline:
+                raise ApiError(0, f"CRD {name} was not Established within {timeout:.0f}s")
+            await asyncio.sleep(0.2)

@@ -1,0 +1,1 @@
+"""The kopf operator: start-up, webhook TLS and server, handler registration."""

@@ -1,0 +1,226 @@
+"""Running the operator: CRDs, webhook TLS and server, kopf settings, clean shutdown.
+
+``rollouts run`` and the integration tests both come through :func:`serve`. Start-up
+installs the CRDs (the generator's output, identical to ``crds/`` by the drift test),
+makes sure the webhook port is free, builds the TLS material and hands kopf a settings
+object; kopf then registers the Validating/MutatingWebhookConfigurations named
+``rollouts.kusionstack.io`` and runs the handlers imported by :mod:`rollouts.operator.handlers`.
+
+Two ways to be reached by the API server:
+
+* local (default): the server listens on ``127.0.0.1:<port>`` with a certificate generated
+  at start for ``127.0.0.1``; the webhook configurations use its URL;
+* in-cluster (``--in-cluster``): it listens on all interfaces with the certificate mounted
+  at ``/etc/rollouts/tls`` and the webhook configurations point at the operator's Service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import signal
+import socket
+import tempfile
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kopf
+
+from rollouts import crdgen, kube
+from rollouts.operator.certificates import CertificateFiles, mounted_certificates, write_certificates
+
+WEBHOOK_CONFIGURATION_NAME = "rollouts.kusionstack.io"
+DEFAULT_CERT_DIR = Path("/etc/rollouts/tls")
+
+log = logging.getLogger("rollouts.operator")
+
+
+class StartupError(Exception):
+    """The operator cannot start; the message says what to do."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorConfig:
+    kubeconfig: str | None = None
+    namespace: str | None = None
+    webhook_host: str = "127.0.0.1"
+    webhook_port: int = 9443
+    in_cluster: bool = False
+    cert_dir: Path | None = None
+    service_name: str = "rollouts-webhook"
+    service_namespace: str = "rollouts-system"
+    #: Serve the pod lifecycle webhooks; with False the controller alone advances the lifecycle.
+    pod_webhooks: bool = True
+
+
+class ServiceWebhookServer(kopf.WebhookServer):  # type: ignore[misc]
+    """Serves like kopf's server but tells the API server to call it through a Service."""
+
+    def __init__(self, *, service_name: str, service_namespace: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.service_name = service_name
+        self.service_namespace = service_namespace
+
+    async def __call__(self, fn: Any) -> AsyncIterator[dict[str, Any]]:
+        async for client_config in super().__call__(fn):
+            service_config: dict[str, Any] = {
+                "service": {"name": self.service_name, "namespace": self.service_namespace, "port": 443, "path": ""}
+            }
+            if "caBundle" in client_config:
+                service_config["caBundle"] = client_config["caBundle"]
+            yield service_config
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Fail with one clear line when the webhook port is taken.
+
+    kopf binds with SO_REUSEPORT, which on Linux can silently share the port with another
+    process of the same user (requests would then go to either); so we check first.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise StartupError(
+                    f"webhook port {host}:{port} is already in use: stop the process holding it "
+                    f"(e.g. another 'rollouts run') or pass --webhook-port"
+                ) from e
+            raise StartupError(f"cannot listen on {host}:{port}: {e.strerror}") from e
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _certificates(cfg: OperatorConfig) -> CertificateFiles:
+    if cfg.in_cluster:
+        return mounted_certificates(cfg.cert_dir or DEFAULT_CERT_DIR)
+    directory = cfg.cert_dir or Path(tempfile.mkdtemp(prefix="rollouts-webhook-tls-"))
+    return write_certificates(directory, names=[cfg.webhook_host, "localhost"])
+
+
+def build_settings(cfg: OperatorConfig, certs: CertificateFiles) -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.persistence.finalizer = "rollouts.kusionstack.io/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="rollouts.kusionstack.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="rollouts.kusionstack.io", key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    settings.watching.reconnect_backoff = 0.5
+    settings.networking.request_timeout = 30
+    settings.admission.managed = WEBHOOK_CONFIGURATION_NAME
+    common: dict[str, Any] = {
+        "port": cfg.webhook_port,
+        "certfile": str(certs.cert),
+        "pkeyfile": str(certs.key),
+        "cafile": str(certs.ca),
+    }
+    if cfg.in_cluster:
+        settings.admission.server = ServiceWebhookServer(
+            addr="0.0.0.0", service_name=cfg.service_name, service_namespace=cfg.service_namespace, **common
+        )
+    else:
+        settings.admission.server = kopf.WebhookServer(addr=cfg.webhook_host, host=cfg.webhook_host, **common)
+    return settings
+
+
+async def serve(
+    cfg: OperatorConfig,
+    *,
+    stop_flag: asyncio.Event | threading.Event | None = None,
+    ready_flag: asyncio.Event | threading.Event | None = None,
+) -> None:
+    """Run the operator until ``stop_flag`` is set (or SIGTERM/SIGINT when run from the CLI)."""
+    if cfg.kubeconfig:
+        # kopf's own login reads $KUBECONFIG; our API client gets the path explicitly.
+        os.environ["KUBECONFIG"] = str(cfg.kubeconfig)
+    if not cfg.in_cluster:
+        check_port_free(cfg.webhook_host, cfg.webhook_port)
+    async with kube.api_session(cfg.kubeconfig, in_cluster=cfg.in_cluster) as api:
+        await kube.apply_crds(api, crdgen.crd_objects())
+    certs = _certificates(cfg)
+    from rollouts.operator import handlers
+
+    handlers.configure(cfg)
+    namespaces = [cfg.namespace] if cfg.namespace else []
+    await kopf.operator(
+        registry=handlers.registry,
+        settings=build_settings(cfg, certs),
+        standalone=True,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        stop_flag=stop_flag,
+        ready_flag=ready_flag,
+    )
+
+
+def run_operator(
+    *,
+    kubeconfig: str | None,
+    namespace: str | None,
+    webhook_host: str,
+    webhook_port: int,
+    in_cluster: bool,
+) -> None:
+    """The blocking entry point of ``rollouts run``: SIGTERM and SIGINT stop it cleanly."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = OperatorConfig(
+        kubeconfig=kubeconfig,
+        namespace=namespace,
+        webhook_host=webhook_host,
+        webhook_port=webhook_port,
+        in_cluster=in_cluster,
+    )
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(cfg, stop_flag=stop)
+
+    asyncio.run(main())
+
+
+class OperatorThread:
+    """The operator in a background thread of this process (tests, playground).
+
+    ``stop()`` ends it as SIGTERM would; a new instance with the same config is a restart.
+    """
+
+    def __init__(self, cfg: OperatorConfig) -> None:
+        self.cfg = cfg
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="rollouts-operator", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(serve(self.cfg, stop_flag=self._stop, ready_flag=self._ready))
+        except BaseException as e:  # reported to the starting thread
+            self._error = e
+            self._ready.set()
+
+    def start(self, *, timeout: float = 60) -> OperatorThread:
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise StartupError(f"operator not ready within {timeout:.0f}s")
+        if self._error is not None:
+            raise StartupError(f"operator failed to start: {self._error!r}") from self._error
+        return self
+
+    def stop(self, *, timeout: float = 30) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise StartupError(f"operator did not stop within {timeout:.0f}s")

@@ -1,0 +1,1 @@
+"""Shared test configuration: tiers are chosen by directory (unit, integration, examples)."""
