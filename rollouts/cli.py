@@ -79,12 +79,18 @@ def _cmd_crds(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rollouts", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="rollouts", description=__doc__.splitlines()[0] if __doc__ else None
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    cluster = sub.add_parser("cluster", help="a local control plane (etcd, kube-apiserver, KCM, scheduler, kwok)")
+    cluster = sub.add_parser(
+        "cluster", help="a local control plane (etcd, kube-apiserver, KCM, scheduler, kwok)"
+    )
     csub = cluster.add_subparsers(dest="cluster_command", required=True)
-    p = csub.add_parser("build", help="build (once) and cache the control plane binaries; print their directory")
+    p = csub.add_parser(
+        "build", help="build (once) and cache the control plane binaries; print their directory"
+    )
     p.set_defaults(func=_cmd_cluster_build)
     p = csub.add_parser("up", help="start a local cluster and print its kubeconfig path (idempotent)")
     p.add_argument("--name", default="rollouts")
@@ -98,7 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run the operator against a cluster")
     p.add_argument("--kubeconfig", help="kubeconfig of the cluster (default: $KUBECONFIG, then in-cluster)")
     p.add_argument("--namespace", help="watch only this namespace (default: all)")
-    p.add_argument("--webhook-host", default="127.0.0.1", help="address the API server reaches the webhooks at")
+    p.add_argument(
+        "--webhook-host", default="127.0.0.1", help="address the API server reaches the webhooks at"
+    )
     p.add_argument("--webhook-port", type=int, default=9443)
     p.add_argument(
         "--in-cluster",
@@ -109,7 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("playground", help="a local cluster with the operator and the quickstart example")
     p.add_argument("--name", default="playground")
-    p.add_argument("--no-watch", action="store_true", help="set up and exit instead of staying in the foreground")
+    p.add_argument(
+        "--no-watch", action="store_true", help="set up and exit instead of staying in the foreground"
+    )
     p.set_defaults(func=_cmd_playground)
 
     p = sub.add_parser("crds", help="write crds/*.yaml from the API models")

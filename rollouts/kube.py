@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -58,7 +58,7 @@ async def new_api_client(kubeconfig: str | None = None, *, in_cluster: bool = Fa
     """An API client from a kubeconfig path, ``$KUBECONFIG``, or the pod's service account."""
     cfg = client.Configuration()
     if in_cluster:
-        config.load_incluster_config(client_configuration=cfg)
+        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
     else:
         await config.load_kube_config(
             config_file=kubeconfig or os.environ.get("KUBECONFIG"), client_configuration=cfg
@@ -69,7 +69,9 @@ async def new_api_client(kubeconfig: str | None = None, *, in_cluster: bool = Fa
 
 
 @asynccontextmanager
-async def api_session(kubeconfig: str | None = None, *, in_cluster: bool = False) -> AsyncIterator[client.ApiClient]:
+async def api_session(
+    kubeconfig: str | None = None, *, in_cluster: bool = False
+) -> AsyncIterator[client.ApiClient]:
     api = await new_api_client(kubeconfig, in_cluster=in_cluster)
     try:
         yield api
@@ -77,13 +79,15 @@ async def api_session(kubeconfig: str | None = None, *, in_cluster: bool = False
         await api.close()
 
 
-async def apply_crds(api: client.ApiClient, crds: list[Mapping[str, Any]], *, timeout: float = 60) -> None:
+async def apply_crds(
+    api: client.ApiClient, crds: Sequence[Mapping[str, Any]], *, timeout: float = 60
+) -> None:
     """Create or update CRDs with server-side apply, then wait until each is Established."""
     ext = client.ApiextensionsV1Api(api)
     for crd in crds:
         name = crd["metadata"]["name"]
         try:
-            await ext.patch_custom_resource_definition(
+            await ext.patch_custom_resource_definition(  # type: ignore[call-arg]
                 name=name,
                 body=crd,
                 field_manager=FIELD_MANAGER,

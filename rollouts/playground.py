@@ -37,7 +37,7 @@ def run_playground(*, name: str = "playground", watch: bool = True) -> int:
             )
         print(f"\n  export KUBECONFIG={kubeconfig}\n  kubectl get cls,ptr,pods -A\n")
         if watch:
-            print("Ctrl-C stops the operator; 'rollouts cluster down --name %s' removes the cluster." % name)
+            print(f"Ctrl-C stops the operator; 'rollouts cluster down --name {name}' removes the cluster.")
             stopped = threading.Event()
             signal.signal(signal.SIGINT, lambda *_: stopped.set())
             signal.signal(signal.SIGTERM, lambda *_: stopped.set())

@@ -50,7 +50,7 @@ class Versions:
     @property
     def staging(self) -> str:
         """The tag of the staging modules (``k8s.io/api`` etc.) matching the Kubernetes pin."""
-        major, minor, patch = self.kubernetes.lstrip("v").split(".")
+        _, minor, patch = self.kubernetes.lstrip("v").split(".")
         return f"v0.{minor}.{patch}"
 
     @property
@@ -133,7 +133,10 @@ def ensure_binaries(
         for component in ("etcd", "kwok", "kubernetes"):
             if component not in missing:
                 continue
-            say(f"building {component} into {dirs[component]} (first run only; log: {dirs[component]}/build.log)")
+            say(
+                f"building {component} into {dirs[component]} "
+                f"(first run only; log: {dirs[component]}/build.log)"
+            )
             builders[component](dirs[component], versions, go)
     else:
         say(f"control plane binaries cached under {cache_root() if root is None else root}")
@@ -200,9 +203,15 @@ def _build_etcd(component_dir: Path, versions: Versions, go: str) -> None:
     b.init_module("local/etcdbin")
     b.go_cmd("get", f"go.etcd.io/etcd/server/v3@{versions.etcd}", what="fetching etcd")
     b.go_cmd(
-        "build", "-trimpath", "-ldflags", "-s -w", "-o", str(b.staging_bin / "etcd"),
-        "go.etcd.io/etcd/server/v3", what="building etcd",
-    )  # fmt: skip
+        "build",
+        "-trimpath",
+        "-ldflags",
+        "-s -w",
+        "-o",
+        str(b.staging_bin / "etcd"),
+        "go.etcd.io/etcd/server/v3",
+        what="building etcd",
+    )
     b.publish(lambda d: _check_version(d / "etcd", versions.etcd.lstrip("v"), b.log))
 
 
@@ -211,7 +220,9 @@ def _build_kwok(component_dir: Path, versions: Versions, go: str) -> None:
     b.init_module("local/kwokbin")
     pkgs = [f"sigs.k8s.io/kwok/cmd/{c}" for c in ("kwok", "kwokctl")]
     b.go_cmd("get", *(f"{p}@{versions.kwok}" for p in pkgs), what="fetching kwok")
-    b.go_cmd("build", "-trimpath", "-ldflags", "-s -w", "-o", str(b.staging_bin) + "/", *pkgs, what="building kwok")
+    b.go_cmd(
+        "build", "-trimpath", "-ldflags", "-s -w", "-o", str(b.staging_bin) + "/", *pkgs, what="building kwok"
+    )
     b.publish(lambda d: _check_version(d / "kwokctl", versions.kwok.lstrip("v"), b.log))
 
 
@@ -219,10 +230,14 @@ def _build_kubernetes(component_dir: Path, versions: Versions, go: str) -> None:
     b = _Builder(component_dir, go)
     b.init_module("local/k8sbin")
     meta = json.loads(
-        b.go_cmd("mod", "download", "-json", f"k8s.io/kubernetes@{versions.kubernetes}", what="fetching kubernetes")
+        b.go_cmd(
+            "mod", "download", "-json", f"k8s.io/kubernetes@{versions.kubernetes}", what="fetching kubernetes"
+        )
     )
     published = Path(meta["GoMod"]).read_text()
-    edits = [f"-replace={m}={m}@{versions.staging}" for m in sorted(set(_STAGING_REQUIREMENT.findall(published)))]
+    edits = [
+        f"-replace={m}={m}@{versions.staging}" for m in sorted(set(_STAGING_REQUIREMENT.findall(published)))
+    ]
     if not edits:
         raise BuildError(f"no staging modules found in k8s.io/kubernetes@{versions.kubernetes}'s go.mod")
     b.go_cmd("mod", "edit", *edits, what="adding staging replaces")
@@ -243,9 +258,15 @@ def _build_kubernetes(component_dir: Path, versions: Versions, go: str) -> None:
             f"-X {pkg}.buildDate=1970-01-01T00:00:00Z",
         ]
     b.go_cmd(
-        "build", "-trimpath", "-ldflags", " ".join(ldflags), "-o", str(b.staging_bin) + "/", *pkgs,
+        "build",
+        "-trimpath",
+        "-ldflags",
+        " ".join(ldflags),
+        "-o",
+        str(b.staging_bin) + "/",
+        *pkgs,
         what="building kube-apiserver, kube-controller-manager, kube-scheduler and kubectl",
-    )  # fmt: skip
+    )
     b.publish(lambda d: _check_version(d / "kube-apiserver", versions.kubernetes, b.log))
 
 
@@ -253,4 +274,6 @@ def _check_version(binary: Path, expected: str, log: Path) -> None:
     out = subprocess.run([str(binary), "--version"], capture_output=True, text=True)
     text = out.stdout + out.stderr
     if expected not in text:
-        raise BuildError(f"{binary.name} --version printed {text.strip()[:120]!r}, expected {expected}; see {log}")
+        raise BuildError(
+            f"{binary.name} --version printed {text.strip()[:120]!r}, expected {expected}; see {log}"
+        )

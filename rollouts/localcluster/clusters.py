@@ -89,7 +89,9 @@ def _kwokctl(binaries: Binaries, *args: str, what: str, timeout: float = 300) ->
             timeout=timeout,
         )
     except subprocess.TimeoutExpired as e:
-        raise ClusterError(f"{what} timed out after {timeout:.0f}s; run 'rollouts cluster down' and try again") from e
+        raise ClusterError(
+            f"{what} timed out after {timeout:.0f}s; run 'rollouts cluster down' and try again"
+        ) from e
     with log.open("a") as f:
         f.write(f"$ kwokctl {' '.join(args)}\n{proc.stdout}{proc.stderr}\n")
     if proc.returncode != 0:
@@ -127,12 +129,17 @@ def _wait_nodes_ready(binaries: Binaries, kubeconfig: Path, nodes: int, deadline
     while time.monotonic() < deadline:
         proc = subprocess.run(
             [
-                str(binaries.kubectl), "--kubeconfig", str(kubeconfig), "get", "nodes", "-o",
+                str(binaries.kubectl),
+                "--kubeconfig",
+                str(kubeconfig),
+                "get",
+                "nodes",
+                "-o",
                 "jsonpath={range .items[*]}{.status.conditions[?(@.type=='Ready')].status}{'\\n'}{end}",
             ],
             capture_output=True,
             text=True,
-        )  # fmt: skip
+        )
         if proc.returncode == 0 and proc.stdout.split().count("True") >= nodes:
             return
         time.sleep(0.5)
@@ -152,16 +159,37 @@ def cluster_up(*, name: str = "rollouts", kubeconfig: Path | None = None, nodes:
 
     if _exists(binaries, name):
         if not api_answers(own_kubeconfig, binaries.kubectl):
-            _kwokctl(binaries, "start", "cluster", "--name", name, "--wait", "2m", what=f"restarting cluster {name}")
+            _kwokctl(
+                binaries,
+                "start",
+                "cluster",
+                "--name",
+                name,
+                "--wait",
+                "2m",
+                what=f"restarting cluster {name}",
+            )
     else:
         _kwokctl(
             binaries,
-            "create", "cluster", "--name", name, "--config", str(config), "--kubeconfig", "",
-            "--wait", "2m", "--extra-args", "etcd=unsafe-no-fsync=true",
+            "create",
+            "cluster",
+            "--name",
+            name,
+            "--config",
+            str(config),
+            "--kubeconfig",
+            "",
+            "--wait",
+            "2m",
+            "--extra-args",
+            "etcd=unsafe-no-fsync=true",
             what=f"creating cluster {name}",
-        )  # fmt: skip
+        )
     if not api_answers(own_kubeconfig, binaries.kubectl):
-        raise ClusterError(f"cluster {name} started but its API server does not answer; see {workdir()}/clusters/{name}/logs")
+        raise ClusterError(
+            f"cluster {name} started but its API server does not answer; see {workdir()}/clusters/{name}/logs"
+        )
     _kwokctl(binaries, "scale", "node", "--replicas", str(nodes), "--name", name, what="creating fake nodes")
     _wait_nodes_ready(binaries, own_kubeconfig, nodes, time.monotonic() + 60)
 
@@ -176,6 +204,8 @@ def cluster_down(*, name: str = "rollouts") -> None:
     """Stop every process of the cluster and remove its state; a missing cluster is not an error."""
     binaries = ensure_binaries(say=lambda msg: None)
     if _exists(binaries, name):
-        _kwokctl(binaries, "delete", "cluster", "--name", name, "--kubeconfig", "", what=f"deleting cluster {name}")
+        _kwokctl(
+            binaries, "delete", "cluster", "--name", name, "--kubeconfig", "", what=f"deleting cluster {name}"
+        )
     shutil.rmtree(cluster_dir(name), ignore_errors=True)
     (workdir() / f"{name}.kwokctl.yaml").unlink(missing_ok=True)

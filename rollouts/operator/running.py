@@ -58,7 +58,7 @@ class OperatorConfig:
     pod_webhooks: bool = True
 
 
-class ServiceWebhookServer(kopf.WebhookServer):  # type: ignore[misc]
+class ServiceWebhookServer(kopf.WebhookServer):
     """Serves like kopf's server but tells the API server to call it through a Service."""
 
     def __init__(self, *, service_name: str, service_namespace: str, **kwargs: Any) -> None:
@@ -66,11 +66,13 @@ class ServiceWebhookServer(kopf.WebhookServer):  # type: ignore[misc]
         self.service_name = service_name
         self.service_namespace = service_namespace
 
-    async def __call__(self, fn: Any) -> AsyncIterator[dict[str, Any]]:
+    async def __call__(self, fn: Any) -> AsyncIterator[kopf.WebhookClientConfig]:
         async for client_config in super().__call__(fn):
-            service_config: dict[str, Any] = {
-                "service": {"name": self.service_name, "namespace": self.service_namespace, "port": 443, "path": ""}
-            }
+            service_config = kopf.WebhookClientConfig(
+                service=kopf.WebhookClientConfigService(
+                    name=self.service_name, namespace=self.service_namespace, port=443, path=""
+                )
+            )
             if "caBundle" in client_config:
                 service_config["caBundle"] = client_config["caBundle"]
             yield service_config

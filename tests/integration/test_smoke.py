@@ -33,7 +33,10 @@ def _job(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]
             "backoffLimit": 0,
             "template": {
                 "metadata": {"annotations": annotations or {}},
-                "spec": {"restartPolicy": "Never", "containers": [{"name": "hook", "image": "example.com/hook:1"}]},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "hook", "image": "example.com/hook:1"}],
+                },
             },
         },
     }
@@ -60,7 +63,9 @@ async def test_pod_becomes_ready_on_a_kwok_node(api: client.ApiClient, namespace
     assert pod.status.pod_ip
 
 
-async def test_readiness_gate_holds_ready_until_its_condition_is_true(api: client.ApiClient, namespace: str) -> None:
+async def test_readiness_gate_holds_ready_until_its_condition_is_true(
+    api: client.ApiClient, namespace: str
+) -> None:
     """Like a kubelet (and unlike kwok's default stage), Ready honours readiness gates."""
     core = client.CoreV1Api(api)
     pod = _pod("gated")
@@ -122,7 +127,11 @@ async def test_job_with_run_for_annotation_runs_then_completes(api: client.ApiCl
     async def running_while_job_active() -> bool:
         pods = await core.list_namespaced_pod(namespace, label_selector="job-name=slow")
         job = await batch.read_namespaced_job("slow", namespace)
-        return bool(pods.items) and pods.items[0].status.phase == "Running" and _condition(job, "Complete") is None
+        return (
+            bool(pods.items)
+            and pods.items[0].status.phase == "Running"
+            and _condition(job, "Complete") is None
+        )
 
     await eventually(running_while_job_active, what="hook pod Running while its Job is active")
 
@@ -176,11 +185,17 @@ async def test_operator_installs_crds_and_rejects_bad_objects(
 
     async def rejected_by_webhook() -> str | None:
         try:
-            await custom.create_namespaced_custom_object("apps.kusionstack.io", "v1alpha1", namespace, "collasets", bad)
+            await custom.create_namespaced_custom_object(
+                "apps.kusionstack.io", "v1alpha1", namespace, "collasets", bad
+            )
         except ApiException as e:
             return str(e.body) if "admission webhook" in str(e.body) else None
-        await custom.delete_namespaced_custom_object("apps.kusionstack.io", "v1alpha1", namespace, "collasets", "web")
+        await custom.delete_namespaced_custom_object(
+            "apps.kusionstack.io", "v1alpha1", namespace, "collasets", "web"
+        )
         return None
 
-    message = await eventually(rejected_by_webhook, what="the CollaSet webhook to reject a mismatched selector")
+    message = await eventually(
+        rejected_by_webhook, what="the CollaSet webhook to reject a mismatched selector"
+    )
     assert "selector" in message

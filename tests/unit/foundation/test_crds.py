@@ -50,16 +50,28 @@ def test_schema_is_structural(name: str) -> None:
         pytest.param(
             "apps.kusionstack.io_collasets.yaml",
             ["cls"],
-            {"Desired", "Current", "Ready", "Available", "Updated", "Updated_Available",
-             "Current_Revision", "Updated_Revision", "Hook", "Age"},
+            {
+                "Desired",
+                "Current",
+                "Ready",
+                "Available",
+                "Updated",
+                "Updated_Available",
+                "Current_Revision",
+                "Updated_Revision",
+                "Hook",
+                "Age",
+            },
             id="collaset",
         ),
         pytest.param(
-            "apps.kusionstack.io_podtransitionrules.yaml", ["ptr"], {"Selected", "Passed", "Rejected", "Age"},
+            "apps.kusionstack.io_podtransitionrules.yaml",
+            ["ptr"],
+            {"Selected", "Passed", "Rejected", "Age"},
             id="podtransitionrule",
         ),
     ],
-)  # fmt: skip
+)
 def test_names_and_printer_columns(name: str, short: list[str], columns: set[str]) -> None:
     crd = yaml.safe_load(render_crds()[name])
     assert crd["spec"]["names"]["shortNames"] == short

@@ -44,8 +44,14 @@ def test_config_binds_loopback_and_uses_cached_binaries(tmp_path: Path) -> None:
     opts = docs[0]["options"]
     assert opts["runtime"] == "binary" and opts["bindAddress"] == "127.0.0.1"
     assert opts["kubeVersion"] == v.kubernetes
-    for key in ("kubeApiserverBinary", "kubeControllerManagerBinary", "kubeSchedulerBinary",
-                "kwokControllerBinary", "etcdBinary", "kubectlBinary"):  # fmt: skip
+    for key in (
+        "kubeApiserverBinary",
+        "kubeControllerManagerBinary",
+        "kubeSchedulerBinary",
+        "kwokControllerBinary",
+        "etcdBinary",
+        "kubectlBinary",
+    ):
         assert opts[key].startswith(str(tmp_path)), key
 
 
@@ -53,8 +59,16 @@ def test_stages_replace_defaults_with_all_we_need(tmp_path: Path) -> None:
     v = load_versions()
     docs = list(yaml.safe_load_all(render_config(versions=v, binaries=binaries_for(v, tmp_path))))
     stages = {d["metadata"]["name"]: d for d in docs[1:]}
-    assert {"node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete", "pod-delete",
-            "pod-fail-with-exit-code", "pod-service-ready-gate-on", "pod-service-ready-gate-off"} <= set(stages)  # fmt: skip
+    assert {
+        "node-initialize",
+        "node-heartbeat-with-lease",
+        "pod-ready",
+        "pod-complete",
+        "pod-delete",
+        "pod-fail-with-exit-code",
+        "pod-service-ready-gate-on",
+        "pod-service-ready-gate-off",
+    } <= set(stages)
     text = yaml.safe_dump(stages["pod-fail-with-exit-code"])
     assert EXIT_CODE_ANNOTATION in text and RUN_FOR_ANNOTATION in text
     assert RUN_FOR_ANNOTATION in yaml.safe_dump(stages["pod-complete"])

@@ -60,7 +60,7 @@ def test_port_in_use_is_one_clear_line() -> None:
 
 
 def test_mounted_certificates_report_missing_files(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="tls.key"):
+    with pytest.raises(FileNotFoundError, match=r"tls\.key"):
         mounted_certificates(tmp_path)
 
 
