@@ -150,12 +150,11 @@ async def serve(
     async with kube.api_session(cfg.kubeconfig, in_cluster=cfg.in_cluster) as api:
         await kube.apply_crds(api, crdgen.crd_objects())
     certs = _certificates(cfg)
-    from rollouts.operator import handlers
+    from rollouts.operator.handlers import build_registry
 
-    handlers.configure(cfg)
     namespaces = [cfg.namespace] if cfg.namespace else []
     await kopf.operator(
-        registry=handlers.registry,
+        registry=build_registry(cfg),
         settings=build_settings(cfg, certs),
         standalone=True,
         clusterwide=not namespaces,

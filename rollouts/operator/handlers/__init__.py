@@ -1,8 +1,9 @@
-"""All kopf handlers of the operator, registered on one :data:`registry`.
+"""All kopf handlers of the operator, registered on a fresh registry per run.
 
 Handlers are thin: they turn kopf's arguments into the pure functions' inputs and the
-pure functions' errors into admission errors or retries. Importing this package
-registers every handler; :func:`configure` passes the run's settings to them.
+pure functions' errors into admission errors or retries. Each handler module has a
+``register(registry, cfg)`` function; :func:`build_registry` calls them, so a restart with
+other settings (e.g. the pod webhooks off) registers exactly what that run needs.
 """
 
 from __future__ import annotations
@@ -14,29 +15,38 @@ import kopf
 if TYPE_CHECKING:
     from rollouts.operator.running import OperatorConfig
 
-registry = kopf.OperatorRegistry()
 
-_config: OperatorConfig | None = None
-
-
-def configure(cfg: OperatorConfig) -> None:
-    global _config
-    _config = cfg
-
-
-def current_config() -> OperatorConfig:
-    if _config is None:
-        raise RuntimeError("the operator's handlers were used before configure()")
-    return _config
+def _register_login(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        """Credentials from the kubeconfig ($KUBECONFIG, set from --kubeconfig) or the service account."""
+        if cfg.in_cluster:
+            return kopf.login_with_service_account(**kwargs)
+        return kopf.login_with_kubeconfig(**kwargs)
 
 
-@kopf.on.login(registry=registry)
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """Credentials from the kubeconfig ($KUBECONFIG, set from --kubeconfig) or the service account."""
-    if current_config().in_cluster:
-        return kopf.login_with_service_account(**kwargs)
-    return kopf.login_with_kubeconfig(**kwargs)
+def build_registry(cfg: OperatorConfig) -> kopf.OperatorRegistry:
+    from rollouts.operator.handlers import admission, indexes
+
+    registry = kopf.OperatorRegistry()
+    _register_login(registry, cfg)
+    indexes.register(registry)
+    admission.register(registry)
+    for module in _optional_modules():
+        module.register(registry, cfg)
+    return registry
 
 
-# Registration happens on import; keep these imports at the bottom.
-from rollouts.operator.handlers import admission  # noqa: E402, F401
+def _optional_modules() -> list[Any]:
+    """Controller modules, each with ``register(registry, cfg)``; imported lazily to keep start-up cheap."""
+    import importlib
+
+    names = ["lifecycle", "transitionrules", "collasets"]
+    modules = []
+    for name in names:
+        try:
+            modules.append(importlib.import_module(f"rollouts.operator.handlers.{name}"))
+        except ModuleNotFoundError as e:
+            if e.name != f"rollouts.operator.handlers.{name}":
+                raise
+    return modules

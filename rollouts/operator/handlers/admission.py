@@ -7,41 +7,20 @@ hook points within replicas ...). Every message names the field and the fix.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import kopf
 
 from lifecycle.rules.validating import validate_rule_object
 from rollouts.api.validating import default_collaset, validate_collaset
-from rollouts.crdgen import GROUP, VERSION
-from rollouts.operator.handlers import registry
+from rollouts.operator.handlers.indexes import GROUP, VERSION
+
+WRITES: tuple[Literal["CREATE", "UPDATE"], ...] = ("CREATE", "UPDATE")
 
 
 def _reject(errors: list[str]) -> None:
     if errors:
         raise kopf.AdmissionError("; ".join(errors), code=422)
-
-
-@kopf.on.validate(
-    GROUP,
-    VERSION,
-    "podtransitionrules",
-    id="validate-podtransitionrule",
-    operations=["CREATE", "UPDATE"],
-    registry=registry,
-)
-def validate_podtransitionrule(body: kopf.Body, **_: Any) -> None:
-    _reject(validate_rule_object(dict(body)))
-
-
-@kopf.on.mutate(
-    GROUP, VERSION, "collasets", id="default-collaset", operations=["CREATE", "UPDATE"], registry=registry
-)
-def default_collaset_fields(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    ops = default_collaset(dict(body))
-    if ops:
-        # kopf diffs the transformed body into the JSON patch it returns to the API server.
-        patch.fns.append(lambda raw: apply_add_operations(raw, ops))
 
 
 def apply_add_operations(doc: Any, ops: list[dict[str, Any]]) -> None:
@@ -58,8 +37,27 @@ def apply_add_operations(doc: Any, ops: list[dict[str, Any]]) -> None:
             target[last] = op["value"]
 
 
-@kopf.on.validate(
-    GROUP, VERSION, "collasets", id="validate-collaset", operations=["CREATE", "UPDATE"], registry=registry
-)
-def validate_collaset_object(body: kopf.Body, **_: Any) -> None:
-    _reject(validate_collaset(dict(body)))
+def register(registry: kopf.OperatorRegistry) -> None:
+    @kopf.on.validate(
+        GROUP,
+        VERSION,
+        "podtransitionrules",
+        id="validate-podtransitionrule",
+        operations=WRITES,
+        registry=registry,
+    )
+    def validate_podtransitionrule(body: kopf.Body, **_: Any) -> None:
+        _reject(validate_rule_object(dict(body)))
+
+    @kopf.on.mutate(GROUP, VERSION, "collasets", id="default-collaset", operations=WRITES, registry=registry)
+    def default_collaset_fields(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        ops = default_collaset(dict(body))
+        if ops:
+            # kopf diffs the transformed body into the JSON patch it returns to the API server.
+            patch.fns.append(lambda raw: apply_add_operations(raw, ops))
+
+    @kopf.on.validate(
+        GROUP, VERSION, "collasets", id="validate-collaset", operations=WRITES, registry=registry
+    )
+    def validate_collaset_object(body: kopf.Body, **_: Any) -> None:
+        _reject(validate_collaset(dict(body)))
