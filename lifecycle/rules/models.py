@@ -22,6 +22,7 @@ from typing import Any, Final, Literal
 from pydantic import Field, field_validator, model_validator
 
 from lifecycle.schema import ApiModel, IntOrString, LabelSelector
+from lifecycle.states import Stage as _LifecycleStage
 
 GROUP: Final = "apps.kusionstack.io"
 VERSION: Final = "v1alpha1"
@@ -46,11 +47,8 @@ ASYNC_POLL_QUERY_KEY: Final = "trace-id"
 _PERCENT = re.compile(r"^(\d{1,10})%$")
 
 
-class Stage(StrEnum):
-    """The PodOpsLifecycle stages rules gate, exactly as Operating spells them."""
-
-    PRE_CHECK = "PreCheck"
-    POST_CHECK = "PostCheck"
+# The stages rules gate are the lifecycle's own (one enum for both).
+Stage = _LifecycleStage
 
 
 class FailurePolicy(StrEnum):

@@ -56,6 +56,8 @@ class OperatorConfig:
     service_namespace: str = "rollouts-system"
     #: Serve the pod lifecycle webhooks; with False the controller alone advances the lifecycle.
     pod_webhooks: bool = True
+    #: Turn a plain DELETE of a controlled pod into a ``delete`` operation (off by default).
+    grace_delete: bool = False
 
 
 class ServiceWebhookServer(kopf.WebhookServer):

@@ -25,11 +25,28 @@ def _register_login(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> Non
         return kopf.login_with_kubeconfig(**kwargs)
 
 
+def _register_api_client(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
+    """One long-lived API client per run (``memo["api"]``) for the controllers' writes."""
+
+    @kopf.on.startup(registry=registry)
+    async def open_api_client(memo: kopf.Memo, **_: Any) -> None:
+        from rollouts import kube
+
+        memo["api"] = await kube.new_api_client(cfg.kubeconfig, in_cluster=cfg.in_cluster)
+
+    @kopf.on.cleanup(registry=registry)
+    async def close_api_client(memo: kopf.Memo, **_: Any) -> None:
+        api = memo.get("api")
+        if api is not None:
+            await api.close()
+
+
 def build_registry(cfg: OperatorConfig) -> kopf.OperatorRegistry:
     from rollouts.operator.handlers import admission, indexes
 
     registry = kopf.OperatorRegistry()
     _register_login(registry, cfg)
+    _register_api_client(registry, cfg)
     indexes.register(registry)
     admission.register(registry)
     for module in _optional_modules():

@@ -1,0 +1,335 @@
+"""PodOpsLifecycle I/O: the pod admission webhooks and the lifecycle controller.
+
+Both apply the same pure state machine (:func:`lifecycle.advancing.settle`) to a
+:class:`~lifecycle.advancing.PodFacts` snapshot:
+
+* the **mutating webhook** (pods CREATE/UPDATE, control pods only, failurePolicy
+  Ignore) is the fast path: it adds the readiness gate on create and folds the next
+  label steps into the write that triggered it;
+* the **controller** (every control-pod event, and every PodTransitionRule event for the
+  pods it lists) writes the same label steps itself, guarded by the pod's
+  resourceVersion, plus the ``service-ready`` condition through the status subresource.
+  So the lifecycle still advances while the webhook is unavailable.
+
+Rule verdicts come from the PodTransitionRule statuses in the ``transition_rules`` index
+(:func:`lifecycle.rules.evaluating.gate_from_status`); with no rule a stage passes.
+
+Deletion through the lifecycle: a ``podopslifecycle.kusionstack.io/to-delete`` label makes
+the controller begin a ``delete`` operation and delete the pod once it may operate.
+With ``OperatorConfig.grace_delete`` the validating webhook turns a plain DELETE of a
+controlled pod into that flow.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+import kopf
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from lifecycle.advancing import LifecyclePatch, PodFacts, settle
+from lifecycle.labels import (
+    CONTROL,
+    CONTROL_VALUE,
+    SERVICE_READY,
+    TO_DELETE,
+)
+from lifecycle.operations import POD_DELETE_ADAPTER, allow_ops, begin, is_during_ops
+from lifecycle.rules.evaluating import PodGate, gate_from_status
+from lifecycle.rules.models import PodTransitionRule
+from lifecycle.rules.subjects import PodView
+from lifecycle.states import InvalidLifecycleLabel, parse_state
+from lifecycle.validating import validate
+from rollouts import kube
+from rollouts.operator.handlers.indexes import GROUP, VERSION
+
+if TYPE_CHECKING:
+    from rollouts.operator.running import OperatorConfig
+
+log = logging.getLogger("rollouts.lifecycle")
+
+CONTROLLED = {CONTROL: CONTROL_VALUE}
+WRITES: tuple[Any, ...] = ("CREATE", "UPDATE")
+
+
+def _now_ns() -> int:
+    return time.time_ns()
+
+
+def _condition(pod: Mapping[str, Any], kind: str) -> str | None:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return str(c.get("status"))
+    return None
+
+
+def rules_in(namespace: str, transition_rules: Any) -> list[PodTransitionRule]:
+    """The parsed PodTransitionRules of a namespace from the index (unparseable ones are skipped)."""
+    found: list[PodTransitionRule] = []
+    for raw in transition_rules.get(namespace, []) if transition_rules is not None else []:
+        try:
+            found.append(PodTransitionRule.model_validate(raw))
+        except ValueError:
+            log.warning("podtransitionrule %s/%s does not parse; ignored", namespace, raw["metadata"]["name"])
+    return found
+
+
+def gate_for(pod: Mapping[str, Any], rules: Iterable[PodTransitionRule]) -> PodGate:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    stage = parse_state(labels).stage
+    view = PodView.from_pod(dict(pod), stage=stage)
+    return gate_from_status(pod=view, rules=rules)
+
+
+def facts_of(
+    pod: Mapping[str, Any],
+    *,
+    gate: PodGate,
+    creating: bool = False,
+    previous: Mapping[str, Any] | None = None,
+) -> PodFacts:
+    meta = pod.get("metadata") or {}
+    gates = {g.get("conditionType") for g in (pod.get("spec") or {}).get("readinessGates") or []}
+    service_ready = _condition(pod, SERVICE_READY)
+    return PodFacts(
+        labels=meta.get("labels") or {},
+        finalizers=frozenset(meta.get("finalizers") or []),
+        annotations=meta.get("annotations") or {},
+        has_readiness_gate=SERVICE_READY in gates,
+        service_ready=None if service_ready is None else service_ready == "True",
+        ready=_condition(pod, "Ready") == "True",
+        creating=creating,
+        pre_check_passed=gate.passed,
+        post_check_passed=gate.passed,
+        previous_labels=((previous or {}).get("metadata") or {}).get("labels"),
+    )
+
+
+async def write_patch(
+    api: client.ApiClient,
+    pod: Mapping[str, Any],
+    change: LifecyclePatch,
+    *,
+    now_ns: int,
+) -> bool:
+    """Write labels (guarded by resourceVersion) then the condition; False when the pod moved on."""
+    meta = pod["metadata"]
+    core = client.CoreV1Api(api)
+    labels = change.to_merge_patch(resource_version=meta["resourceVersion"])
+    try:
+        if labels:
+            await core.patch_namespaced_pod(  # type: ignore[call-arg]
+                meta["name"], meta["namespace"], labels, _content_type="application/merge-patch+json"
+            )
+        condition = change.service_ready_condition(now_ns=now_ns)
+        if condition is not None and _condition(pod, SERVICE_READY) != condition["status"]:
+            await core.patch_namespaced_pod_status(  # type: ignore[call-arg]
+                meta["name"],
+                meta["namespace"],
+                {"status": {"conditions": [condition]}},
+                _content_type="application/strategic-merge-patch+json",
+            )
+            kopf.event(
+                _body(pod),
+                type="Normal",
+                reason="ServiceReady",
+                message=f"Set ReadinessGate service-ready to {condition['status'].lower()}",
+            )
+    except ApiException as e:
+        err = kube.map_error(e)
+        if isinstance(err, kube.Conflict | kube.NotFound):
+            return False  # a newer version of the pod will come through the watch
+        raise err from e
+    return True
+
+
+async def reconcile_pod(
+    api: client.ApiClient, pod: Mapping[str, Any], rules: list[PodTransitionRule]
+) -> None:
+    """One controller pass over a pod: lifecycle steps, condition, deletion through the lifecycle."""
+    meta = pod.get("metadata") or {}
+    if meta.get("deletionTimestamp") or (meta.get("labels") or {}).get(CONTROL) != CONTROL_VALUE:
+        return
+    now_ns = _now_ns()
+    try:
+        gate = gate_for(pod, rules)
+        change = settle(facts_of(pod, gate=gate), now_ns=now_ns)
+    except InvalidLifecycleLabel as e:
+        log.warning(
+            "pod %s/%s: %s; lifecycle held until the label is fixed", meta["namespace"], meta["name"], e
+        )
+        return
+    if not change.is_empty:
+        log.info(
+            "pod %s/%s: %s",
+            meta["namespace"],
+            meta["name"],
+            "; ".join(change.reasons) or json.dumps(change.to_merge_patch()),
+        )
+        if not await write_patch(api, pod, change, now_ns=now_ns):
+            return
+        if change.to_merge_patch():
+            return  # the label write produces a new event; act on the new version then
+    await _delete_through_lifecycle(api, pod, now_ns=now_ns)
+
+
+async def _delete_through_lifecycle(api: client.ApiClient, pod: Mapping[str, Any], *, now_ns: int) -> None:
+    meta = pod["metadata"]
+    labels = meta.get("labels") or {}
+    if TO_DELETE not in labels:
+        return
+    core = client.CoreV1Api(api)
+    try:
+        if not is_during_ops(POD_DELETE_ADAPTER, labels):
+            started = begin(POD_DELETE_ADAPTER, labels, now_ns=now_ns)
+            body = started.to_merge_patch(resource_version=meta["resourceVersion"])
+            await core.patch_namespaced_pod(  # type: ignore[call-arg]
+                meta["name"], meta["namespace"], body, _content_type="application/merge-patch+json"
+            )
+            return
+        if allow_ops(POD_DELETE_ADAPTER, labels, now_ns=now_ns).allowed:
+            await core.delete_namespaced_pod(
+                meta["name"],
+                meta["namespace"],
+                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta["uid"])),
+            )
+            kopf.event(_body(pod), type="Normal", reason="PodDeletion", message="Deleted pod")
+    except ApiException as e:
+        err = kube.map_error(e)
+        if not isinstance(err, kube.Conflict | kube.NotFound):
+            raise err from e
+
+
+def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
+    if cfg.pod_webhooks:
+        _register_webhooks(registry, cfg)
+
+    @kopf.on.event("pods", labels=CONTROLLED, registry=registry)
+    async def pod_changed(
+        type: str, body: kopf.Body, namespace: str | None, memo: Any, **kwargs: Any
+    ) -> None:
+        if type == "DELETED":
+            return
+        rules = rules_in(namespace or "", kwargs.get("transition_rules"))
+        await reconcile_pod(memo["api"], dict(body), rules)
+
+    @kopf.on.event(GROUP, VERSION, "podtransitionrules", registry=registry)
+    async def rule_changed(
+        type: str, body: kopf.Body, namespace: str | None, memo: Any, **kwargs: Any
+    ) -> None:
+        """A rule's verdicts changed: re-run the pods it judged (the pod may have been seen first)."""
+        details = {d.get("name") for d in (body.get("status") or {}).get("details") or []}
+        if not details:
+            return
+        ns = namespace or ""
+        rules = rules_in(ns, kwargs.get("transition_rules"))
+        # The index may not hold this very version yet; use the event's body for this rule.
+        event_rule = PodTransitionRule.model_validate(dict(body))
+        rules = [r for r in rules if r.name != event_rule.name] + [event_rule]
+        for pod in list(kwargs["control_pods"].get(ns, [])):
+            if pod["metadata"]["name"] in details:
+                await reconcile_pod(memo["api"], pod, rules)
+
+
+def _register_webhooks(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
+    @kopf.on.mutate(
+        "pods",
+        id="podopslifecycle-mutate",
+        labels=CONTROLLED,
+        operations=WRITES,
+        ignore_failures=True,
+        registry=registry,
+    )
+    def mutate_pod(body: kopf.Body, patch: kopf.Patch, namespace: str | None, **kwargs: Any) -> None:
+        # kopf passes old/operation and the indexes by name; its WebhookFn protocol omits them.
+        pod = dict(body)
+        old = kwargs.get("old")
+        try:
+            gate = gate_for(pod, rules_in(namespace or "", kwargs.get("transition_rules")))
+            facts = facts_of(
+                pod,
+                gate=gate,
+                creating=kwargs.get("operation") == "CREATE",
+                previous=dict(old) if old else None,
+            )
+            change = settle(facts, now_ns=_now_ns())
+        except InvalidLifecycleLabel:
+            return  # the validating webhook rejects it with a message
+        labels = change.to_merge_patch().get("metadata", {}).get("labels", {})
+        for key, value in labels.items():
+            patch.setdefault("metadata", {}).setdefault("labels", {})[key] = value
+        if change.add_readiness_gate:
+            patch.fns.append(_add_readiness_gate)
+
+    @kopf.on.validate("pods", id="podopslifecycle-validate", labels=CONTROLLED, operations=WRITES, registry=registry)
+    def validate_pod(body: kopf.Body, **kwargs: Any) -> None:
+        old = kwargs.get("old")
+        meta = body.get("metadata") or {}
+        old_meta = dict(old).get("metadata") or {} if old is not None else {}
+        labels, annotations = dict(meta.get("labels") or {}), dict(meta.get("annotations") or {})
+        if (
+            old is not None
+            and labels == old_meta.get("labels")
+            and annotations == old_meta.get("annotations")
+        ):
+            # Only writes that change labels or annotations are judged, so a pod already holding
+            # a bad label never blocks e.g. a traffic controller removing its finalizer.
+            return
+        errors = validate(labels, annotations)
+        if errors:
+            raise kopf.AdmissionError(
+                "failed to validate PodOpsLifecycle labels: " + "; ".join(errors), code=422
+            )
+
+    if cfg.grace_delete:
+
+        @kopf.on.validate(
+            "pods", id="podopslifecycle-delete", labels=CONTROLLED, operations=["DELETE"],
+            side_effects=True, registry=registry,
+        )  # fmt: skip
+        async def grace_delete(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+            old = kwargs.get("old")
+            pod = dict(old) if old is not None else dict(body)
+            meta = pod.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            gated = any(
+                g.get("conditionType") == SERVICE_READY
+                for g in (pod.get("spec") or {}).get("readinessGates") or []
+            )
+            if not gated or allow_ops(POD_DELETE_ADAPTER, labels, now_ns=_now_ns()).allowed:
+                return
+            if TO_DELETE not in labels:
+                core = client.CoreV1Api(memo["api"])
+                await core.patch_namespaced_pod(  # type: ignore[call-arg]
+                    meta["name"],
+                    meta["namespace"],
+                    {"metadata": {"labels": {TO_DELETE: str(_now_ns())}}},
+                    _content_type="application/merge-patch+json",
+                )
+            raise kopf.AdmissionError(
+                "pod deletion is underway through PodOpsLifecycle: the pod is labelled "
+                f"{TO_DELETE} and will be deleted once its cooperation controllers let it go "
+                "(Preparing), no need to delete it again",
+                code=403,
+            )
+
+
+def _add_readiness_gate(raw: Any) -> None:
+    gates = raw.setdefault("spec", {}).setdefault("readinessGates", [])
+    if not any(g.get("conditionType") == SERVICE_READY for g in gates):
+        gates.append({"conditionType": SERVICE_READY})
+
+
+def current_phase(labels: Mapping[str, str]) -> str:
+    """The pod's lifecycle phase (for logs and status views)."""
+    return str(parse_state(labels).phase)
+
+
+def _body(pod: Mapping[str, Any]) -> kopf.Body:
+    """A kopf Body over a plain pod dict (for posting Events about it)."""
+    return kopf.Body(cast(kopf.RawBody, dict(pod)))
