@@ -9,10 +9,10 @@ local one running after the session for a faster next run.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import time
 import dataclasses
 import os
+import subprocess
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path

@@ -62,7 +62,10 @@ class Pods:
 
     async def set_finalizers(self, name: str, finalizers: list[str]) -> None:
         await self.core.patch_namespaced_pod(
-            name, self.ns, {"metadata": {"finalizers": finalizers}}, _content_type="application/merge-patch+json"
+            name,
+            self.ns,
+            {"metadata": {"finalizers": finalizers}},
+            _content_type="application/merge-patch+json",
         )
 
     async def available(self, name: str) -> bool:
@@ -135,7 +138,9 @@ async def test_protection_finalizer_holds_preparing_and_completing(pods: Pods) -
     await eventually(lambda: pods.service_ready("web"), what="condition written")
     assert not await pods.has("web", L.id_key(L.OPERATE, UPDATE.id))
     await pods.set_finalizers("web", [])  # traffic off
-    await eventually(lambda: pods.has("web", L.id_key(L.OPERATE, UPDATE.id)), what="operate after traffic off")
+    await eventually(
+        lambda: pods.has("web", L.id_key(L.OPERATE, UPDATE.id)), what="operate after traffic off"
+    )
     await pods.change("web", finish(UPDATE, await pods.labels("web")))
     await eventually(lambda: pods.has("web", L.id_key(L.COMPLETING, UPDATE.id)), what="completing")
     assert not await pods.available("web")  # waits for the traffic finalizer to come back
@@ -246,7 +251,9 @@ async def test_to_delete_label_deletes_through_the_lifecycle(pods: Pods) -> None
     await pods.create("web", finalizers=[TRAFFIC])
     await eventually(lambda: pods.available("web"), what="service-available")
     await pods.change("web", LabelChange(set_labels={L.TO_DELETE: str(time.time_ns())}))
-    await eventually(lambda: pods.has("web", L.id_key(L.PREPARING, "pod-delete")), what="delete operation preparing")
+    await eventually(
+        lambda: pods.has("web", L.id_key(L.PREPARING, "pod-delete")), what="delete operation preparing"
+    )
     pod = await pods.get("web")
     assert pod.metadata.deletion_timestamp is None  # the traffic controller still holds it
     await pods.set_finalizers("web", [])

@@ -266,7 +266,9 @@ def _register_webhooks(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> 
         if change.add_readiness_gate:
             patch.fns.append(_add_readiness_gate)
 
-    @kopf.on.validate("pods", id="podopslifecycle-validate", labels=CONTROLLED, operations=WRITES, registry=registry)
+    @kopf.on.validate(
+        "pods", id="podopslifecycle-validate", labels=CONTROLLED, operations=WRITES, registry=registry
+    )
     def validate_pod(body: kopf.Body, **kwargs: Any) -> None:
         old = kwargs.get("old")
         meta = body.get("metadata") or {}
