@@ -294,3 +294,29 @@ async def test_validating_webhook_rejects_inconsistent_labels(
         await pods.core.create_namespaced_pod(pods.ns, body)
     assert err.value.status == 422
     assert message in json.loads(err.value.body)["message"]
+
+
+async def test_grace_delete_turns_delete_into_the_lifecycle(pods: Pods, operator: Operator) -> None:
+    operator.restart(grace_delete=True)
+    try:
+        await pods.create("web", finalizers=[TRAFFIC])
+        await eventually(lambda: pods.available("web"), what="service-available")
+        with pytest.raises(ApiException) as err:
+            await pods.core.delete_namespaced_pod("web", pods.ns)
+        assert "deletion is underway through PodOpsLifecycle" in json.loads(err.value.body)["message"]
+        assert L.TO_DELETE in await pods.labels("web")
+        await eventually(
+            lambda: pods.has("web", L.id_key(L.PREPARING, "pod-delete")), what="delete operation"
+        )
+        await pods.set_finalizers("web", [])
+
+        async def gone() -> bool:
+            try:
+                await pods.get("web")
+            except ApiException as e:
+                return e.status == 404
+            return False
+
+        await eventually(gone, what="pod deleted by the lifecycle")
+    finally:
+        operator.restart(grace_delete=False)
