@@ -204,8 +204,16 @@ def cluster_down(*, name: str = "rollouts") -> None:
     """Stop every process of the cluster and remove its state; a missing cluster is not an error."""
     binaries = ensure_binaries(say=lambda msg: None)
     if _exists(binaries, name):
-        _kwokctl(
-            binaries, "delete", "cluster", "--name", name, "--kubeconfig", "", what=f"deleting cluster {name}"
-        )
+        # Unlike create, delete refuses an empty --kubeconfig ("empty path"); give it a
+        # throwaway file so it never edits ~/.kube/config.
+        scratch = workdir() / f"{name}.scratch-kubeconfig.yaml"
+        scratch.write_text("apiVersion: v1\nkind: Config\n")
+        try:
+            _kwokctl(
+                binaries, "delete", "cluster", "--name", name, "--kubeconfig", str(scratch),
+                what=f"deleting cluster {name}",
+            )  # fmt: skip
+        finally:
+            scratch.unlink(missing_ok=True)
     shutil.rmtree(cluster_dir(name), ignore_errors=True)
     (workdir() / f"{name}.kwokctl.yaml").unlink(missing_ok=True)
