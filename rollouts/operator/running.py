@@ -56,6 +56,8 @@ class OperatorConfig:
     service_namespace: str = "rollouts-system"
     #: Serve the pod lifecycle webhooks; with False the controller alone advances the lifecycle.
     pod_webhooks: bool = True
+    #: Controller modules to register (``lifecycle``, ``transitionrules``, ``collasets``); None: all.
+    controllers: frozenset[str] | None = None
     #: Turn a plain DELETE of a controlled pod into a ``delete`` operation (off by default).
     grace_delete: bool = False
 
@@ -87,6 +89,9 @@ def check_port_free(host: str, port: int) -> None:
     process of the same user (requests would then go to either); so we check first.
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # SO_REUSEADDR ignores TIME_WAIT leftovers of a previous run (a restart) but still
+        # refuses a port someone listens on.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as e:

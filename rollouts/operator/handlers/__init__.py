@@ -49,18 +49,20 @@ def build_registry(cfg: OperatorConfig) -> kopf.OperatorRegistry:
     _register_api_client(registry, cfg)
     indexes.register(registry)
     admission.register(registry)
-    for module in _optional_modules():
+    for module in _optional_modules(cfg.controllers):
         module.register(registry, cfg)
     return registry
 
 
-def _optional_modules() -> list[Any]:
+def _optional_modules(only: frozenset[str] | None = None) -> list[Any]:
     """Controller modules, each with ``register(registry, cfg)``; imported lazily to keep start-up cheap."""
     import importlib
 
     names = ["lifecycle", "transitionrules", "collasets"]
     modules = []
     for name in names:
+        if only is not None and name not in only:
+            continue
         try:
             modules.append(importlib.import_module(f"rollouts.operator.handlers.{name}"))
         except ModuleNotFoundError as e:

@@ -27,12 +27,13 @@ def snapshot(body: kopf.Body | dict[str, Any]) -> dict[str, Any]:
 
 
 def register(registry: kopf.OperatorRegistry) -> None:
-    @kopf.index("pods", labels={CONTROL: CONTROL_VALUE}, registry=registry)
+    # explicit ids: the default would be the qualified name "register.<locals>.control_pods"
+    @kopf.index("pods", labels={CONTROL: CONTROL_VALUE}, id="control_pods", registry=registry)
     def control_pods(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
         """Pods under the lifecycle (``kusionstack.io/control: "true"``), by namespace."""
         return {namespace or "": snapshot(body)}
 
-    @kopf.index(GROUP, VERSION, "podtransitionrules", registry=registry)
+    @kopf.index(GROUP, VERSION, "podtransitionrules", id="transition_rules", registry=registry)
     def transition_rules(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
         """PodTransitionRules by namespace: rules never select pods across namespaces."""
         return {namespace or "": snapshot(body)}
