@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from rollouts import kube
 from rollouts.localcluster.building import binaries_for, load_versions
@@ -106,6 +107,18 @@ async def namespace(api: client.ApiClient, request: pytest.FixtureRequest) -> As
     name = f"t-{''.join(c for c in base if c.isalnum() or c == '-')[:40].strip('-')}-{uuid.uuid4().hex[:5]}"
     core = client.CoreV1Api(api)
     await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+
+    async def default_service_account() -> bool:
+        # kube-controller-manager creates it asynchronously; pods are refused until it exists.
+        try:
+            await core.read_namespaced_service_account("default", name)
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
+
+    await eventually(default_service_account, what=f"service account default in {name}")
     yield name
     await core.delete_namespace(name)
 
