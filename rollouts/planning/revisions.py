@@ -32,6 +32,9 @@ from typing import Any, Final
 from hooks.models import RolloutType
 from rollouts.api.collasets import API_VERSION, HASH_LABEL, KIND
 
+#: On ControllerRevisions we create: the ``revision`` number it was created with (a bump keeps it).
+FIRST_REVISION_ANNOTATION: Final = "rollouts.kusionstack.io/first-revision"
+
 _SAFE_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"
 _FNV_OFFSET: Final = 0x811C9DC5
 _FNV_PRIME: Final = 0x01000193
@@ -46,6 +49,8 @@ class RevisionView:
     data: Mapping[str, Any]
     uid: str = ""
     created: datetime | None = None
+    #: ``revision`` at creation (:data:`FIRST_REVISION_ANNOTATION`); None for revisions made elsewhere.
+    first_revision: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +152,7 @@ def plan_revisions(
                 "name": updated,
                 "namespace": namespace,
                 "labels": {**selector_labels, HASH_LABEL: revision_hash},
+                "annotations": {FIRST_REVISION_ANNOTATION: str(latest + 1)},
                 "ownerReferences": [
                     {
                         "apiVersion": API_VERSION,
@@ -183,13 +189,18 @@ def prune_revisions(
 def classify_rollout(*, from_revision: RevisionView | None, to_revision: RevisionView) -> RolloutType:
     """ROLLBACK when the target revision existed before the source (an earlier template brought back).
 
-    A rollback reuses the earlier ControllerRevision (bumping its number), so its
-    creation time, not its number, tells it apart; equal or unknown times count as ROLLOUT.
+    A rollback reuses the earlier ControllerRevision (bumping its number), so the number
+    it was created with (:data:`FIRST_REVISION_ANNOTATION`), not its current number,
+    tells it apart. Without that annotation on both, creation times decide; they have
+    one-second resolution, so equal or unknown times count as ROLLOUT.
     """
+    if from_revision is None or from_revision.name == to_revision.name:
+        return RolloutType.ROLLOUT
+    if from_revision.first_revision is not None and to_revision.first_revision is not None:
+        older = to_revision.first_revision < from_revision.first_revision
+        return RolloutType.ROLLBACK if older else RolloutType.ROLLOUT
     if (
-        from_revision is not None
-        and from_revision.name != to_revision.name
-        and from_revision.created is not None
+        from_revision.created is not None
         and to_revision.created is not None
         and to_revision.created < from_revision.created
     ):

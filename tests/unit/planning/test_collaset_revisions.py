@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,6 +12,7 @@ from collaset_builders import template
 from hooks.models import RolloutType
 from rollouts.api.collasets import HASH_LABEL
 from rollouts.planning.revisions import (
+    FIRST_REVISION_ANNOTATION,
     BumpRevision,
     CreateRevision,
     DeleteRevision,
@@ -194,3 +196,16 @@ def test_rollback_stays_rollback_after_its_number_is_bumped() -> None:
     old = revision("img:1", 1)
     bumped = RevisionView(name=old.name, revision=3, data=old.data, created=old.created)
     assert classify_rollout(from_revision=revision("img:2", 2), to_revision=bumped) == RolloutType.ROLLBACK
+
+
+def test_rollback_within_the_same_second_is_told_by_the_first_revision_number() -> None:
+    """Creation times have one-second resolution: a rollout then rollback within it looked like a rollout."""
+    first = replace(revision("img:1", 3), created=T0, first_revision=1)
+    second = replace(revision("img:2", 2), created=T0, first_revision=2)
+    assert classify_rollout(from_revision=second, to_revision=first) == RolloutType.ROLLBACK
+    assert classify_rollout(from_revision=first, to_revision=second) == RolloutType.ROLLOUT
+
+
+def test_created_revisions_record_their_first_number() -> None:
+    (create,) = plan("img:2", [revision("img:1", 1)]).actions
+    assert create.manifest["metadata"]["annotations"] == {FIRST_REVISION_ANNOTATION: "2"}

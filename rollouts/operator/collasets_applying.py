@@ -1,0 +1,446 @@
+"""Applying one CollaSet decision: the only CollaSet code that writes to the API.
+
+Order matters and follows the decision (:mod:`rollouts.operator.collasets_deciding`):
+
+1. revision actions (create ``<cls>-<hash>``, bump ``revision`` for a rollback, prune);
+   while the updated revision is being created nothing else is written;
+2. the ``status`` subresource, guarded by the CollaSet's resourceVersion: it records hook
+   phases before any Job is created or deleted, so a restart never starts a finished
+   hook again and a retention deletion is never the only trace of a hook. A 409 stops
+   the apply (the decision was made from an old CollaSet; observe again);
+3. hook Job creations (a 409 means "already there": names are deterministic) and
+   deletions (background propagation, after the status that says why);
+4. pod writes, one per pod: label merge patches from the lifecycle library
+   (begin / finish / undo / to-delete) and in-place strategic-merge patches carry the
+   pod's resourceVersion, deletions carry uid and resourceVersion preconditions, so a
+   stale decision fails (409) instead of overwriting;
+5. Events on the CollaSet for every step done, hook Events as the hook planner worded them.
+
+Every write records an expectation (:mod:`rollouts.operator.collasets_expecting`); a 409
+or 404 records one as well (the watch will show the newer state) and is otherwise
+ignored. Other API errors are collected and returned (the caller reports them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from hooks.planning import CreateJob, DeleteJob, JobDeletion
+from rollouts import kube
+from rollouts.api.collasets import GROUP, VERSION
+from rollouts.operator.collasets_deciding import Decision, render_pod
+from rollouts.operator.collasets_expecting import Expectations, Kind
+from rollouts.planning.revisions import BumpRevision, CreateRevision, DeleteRevision, read_template
+from rollouts.planning.updating import (
+    SCALE_IN_ID,
+    BeginOperation,
+    CreatePod,
+    DeletePod,
+    DeleteReason,
+    FinishOperation,
+    MarkPodToDelete,
+    Plan,
+    UndoOperation,
+    UpdatePodInPlace,
+)
+
+log = logging.getLogger("rollouts.collasets")
+
+PLURAL: Final = "collasets"
+MERGE_PATCH: Final = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
+#: Pod writes in flight at once for one CollaSet.
+POD_WRITE_CONCURRENCY: Final = 16
+
+#: ``post(type, reason, message)``: an Event on the CollaSet.
+Poster = Callable[[str, str, str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodWrite:
+    """Everything the plan does to one existing pod, as one API call."""
+
+    pod: str
+    resource_version: str
+    #: Delete the pod (uid + resourceVersion preconditions); takes precedence over a patch.
+    delete: DeletePod | None = None
+    patch: dict[str, Any] = field(default_factory=dict)
+    content_type: str = MERGE_PATCH
+    #: (reason, message) Events to post once the write succeeded.
+    events: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class ApplyResult:
+    errors: list[str] = field(default_factory=list)
+    #: The status write hit a newer CollaSet: nothing after it was applied.
+    stale: bool = False
+
+
+def pod_writes(plan: Plan, *, updated_revision: str) -> list[PodWrite]:
+    """Group the plan's pod actions into one write per pod (pure)."""
+    by_pod: dict[str, list[Any]] = {}
+    for action in plan.actions:
+        if not isinstance(action, CreatePod):
+            by_pod.setdefault(action.pod, []).append(action)
+    changes = plan.label_changes()
+    writes = []
+    for pod, actions in by_pod.items():
+        rv = actions[0].resource_version
+        events = tuple(_describe(a, updated_revision) for a in actions)
+        deletion = next((a for a in actions if isinstance(a, DeletePod)), None)
+        if deletion is not None:
+            writes.append(
+                PodWrite(
+                    pod=pod,
+                    resource_version=rv,
+                    delete=deletion,
+                    events=(_describe(deletion, updated_revision),),
+                )
+            )
+            continue
+        patch: dict[str, Any] = {}
+        content_type = MERGE_PATCH
+        in_place = next((a for a in actions if isinstance(a, UpdatePodInPlace)), None)
+        if in_place is not None:
+            patch = _copy_patch(in_place.patch)
+            content_type = STRATEGIC_MERGE_PATCH
+        change = changes.get(pod)
+        if change is not None and not change.is_empty:
+            labels = change.to_merge_patch()["metadata"]["labels"]
+            patch.setdefault("metadata", {}).setdefault("labels", {}).update(labels)
+        for action in actions:
+            if isinstance(action, FinishOperation) and action.annotations:
+                patch.setdefault("metadata", {}).setdefault("annotations", {}).update(action.annotations)
+        if not patch:
+            continue
+        patch.setdefault("metadata", {})["resourceVersion"] = rv
+        writes.append(
+            PodWrite(pod=pod, resource_version=rv, patch=patch, content_type=content_type, events=events)
+        )
+    return writes
+
+
+def _copy_patch(patch: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (_copy_patch(v) if isinstance(v, Mapping) else v) for k, v in patch.items()}
+
+
+def _describe(action: Any, updated_revision: str) -> tuple[str, str]:
+    if isinstance(action, BeginOperation):
+        if action.op_id == SCALE_IN_ID:
+            return "BeginScaleIn", f"pod {action.pod}: scale-in begins (PodOpsLifecycle)"
+        return (
+            "BeginUpdate",
+            f"pod {action.pod}: update to revision {updated_revision} begins (PodOpsLifecycle)",
+        )
+    if isinstance(action, UpdatePodInPlace):
+        return "PodUpdatedInPlace", f"pod {action.pod}: updated in place to revision {action.revision}"
+    if isinstance(action, FinishOperation):
+        return "UpdateFinished", f"pod {action.pod}: update finished"
+    if isinstance(action, UndoOperation):
+        what = "scale-in" if action.op_id == SCALE_IN_ID else "update"
+        reason = "ScaleInCanceled" if action.op_id == SCALE_IN_ID else "UpdatePodCanceled"
+        return reason, f"pod {action.pod}: {what} no longer needed, undone"
+    if isinstance(action, MarkPodToDelete):
+        return "PodToDelete", f"pod {action.pod} (scaleStrategy.podToDelete) handed to PodDeletion"
+    if isinstance(action, DeletePod):
+        if action.why == DeleteReason.SCALE_IN:
+            return "ScaledIn", f"deleted pod {action.pod} (scale in)"
+        return "PodRecreating", f"deleted pod {action.pod} to recreate it on revision {updated_revision}"
+    return "PodChanged", f"pod {getattr(action, 'pod', '?')}"
+
+
+class Applier:
+    """Writes one decision for one CollaSet (see the module docstring for the order)."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        expectations: Expectations,
+        post: Poster,
+        clock: Callable[[], float],
+    ) -> None:
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.batch = client.BatchV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.expectations = expectations
+        self.post = post
+        self.clock = clock
+
+    async def apply(
+        self,
+        decision: Decision,
+        *,
+        collaset: Mapping[str, Any],
+        revisions: Sequence[Mapping[str, Any]],
+    ) -> ApplyResult:
+        result = ApplyResult()
+        meta = collaset.get("metadata") or {}
+        name, namespace = str(meta["name"]), str(meta["namespace"])
+        await self._revisions(decision, namespace, revisions, result)
+        if decision.waits_for_revision or result.errors:
+            return result
+        if decision.status is not None and not await self._status(name, namespace, meta, decision, result):
+            return result
+        hooks = decision.hooks
+        if hooks is not None:
+            for event in hooks.events:
+                self.post("Warning" if event.warning else "Normal", event.reason.value, event.message)
+            await asyncio.gather(
+                *(self._create_job(namespace, job, result) for job in hooks.create_jobs),
+                *(self._delete_job(namespace, job, result) for job in hooks.delete_jobs),
+            )
+        plan = decision.plan
+        if plan is not None:
+            limit = asyncio.Semaphore(POD_WRITE_CONCURRENCY)
+            templates = {
+                str((r.get("metadata") or {}).get("name")): read_template(r.get("data") or {})
+                for r in revisions
+            }
+            creates = [
+                self._create_pod(collaset, action, templates, result, limit)
+                for action in plan.actions
+                if isinstance(action, CreatePod)
+            ]
+            writes = [
+                self._write_pod(namespace, write, result, limit)
+                for write in pod_writes(plan, updated_revision=decision.updated_revision)
+            ]
+            await asyncio.gather(*creates, *writes)
+        return result
+
+    async def _revisions(
+        self,
+        decision: Decision,
+        namespace: str,
+        revisions: Sequence[Mapping[str, Any]],
+        result: ApplyResult,
+    ) -> None:
+        by_name = {str((r.get("metadata") or {}).get("name")): r for r in revisions}
+        for action in decision.revision_actions:
+            if isinstance(action, CreateRevision):
+                ok = await self._call(
+                    result,
+                    f"create ControllerRevision {action.name}",
+                    self.apps.create_namespaced_controller_revision(namespace, action.manifest),  # type: ignore[arg-type]
+                )
+                if ok:
+                    self.expectations.expect_present(Kind.REVISION, action.name, now=self.clock())
+                    self.post(
+                        "Normal", "RevisionCreated", f"created revision {action.name} ({action.revision})"
+                    )
+                else:
+                    await self._name_taken(decision, namespace, action, result)
+            elif isinstance(action, BumpRevision):
+                # A full update, as Kubernetes' controller history does: the API server compares
+                # ``data`` byte for byte, and a patch would re-serialize it ("field is immutable").
+                current = dict(by_name.get(action.name) or {})
+                rv = str((current.get("metadata") or {}).get("resourceVersion", ""))
+                ok = await self._call(
+                    result,
+                    f"bump ControllerRevision {action.name}",
+                    self.apps.replace_namespaced_controller_revision(
+                        action.name,
+                        namespace,
+                        {**current, "revision": action.revision},  # type: ignore[arg-type]
+                    ),
+                )
+                self.expectations.expect_changed(
+                    Kind.REVISION, action.name, resource_version=rv, now=self.clock()
+                )
+                if ok:
+                    self.post(
+                        "Normal",
+                        "RevisionRolledBack",
+                        f"template equals revision {action.name}: rolling back to it "
+                        f"(revision {action.revision})",
+                    )
+            elif isinstance(action, DeleteRevision):
+                ok = await self._call(
+                    result,
+                    f"delete ControllerRevision {action.name}",
+                    self.apps.delete_namespaced_controller_revision(
+                        action.name, namespace, propagation_policy="Background"
+                    ),
+                )
+                self.expectations.expect_gone(Kind.REVISION, action.name, now=self.clock())
+                if ok:
+                    self.post("Normal", "RevisionPruned", f"deleted revision {action.name} (historyLimit)")
+
+    async def _name_taken(
+        self, decision: Decision, namespace: str, action: CreateRevision, result: ApplyResult
+    ) -> None:
+        """The revision name exists: ours (the watch lags) or another owner's (bump collisionCount)."""
+        try:
+            existing = await self.apps.read_namespaced_controller_revision(action.name, namespace)
+        except ApiException as e:
+            if not isinstance(kube.map_error(e), kube.NotFound):
+                result.errors.append(f"read ControllerRevision {action.name}: {kube.map_error(e)}")
+            return
+        owners = [ref.uid for ref in existing.metadata.owner_references or [] if ref.controller]
+        ours = action.manifest["metadata"]["ownerReferences"][0]["uid"]
+        if owners == [ours]:
+            self.expectations.expect_present(Kind.REVISION, action.name, now=self.clock())
+            return
+        meta = decision.collaset.metadata
+        name, rv = str(meta["name"]), str(meta.get("resourceVersion", ""))
+        count = decision.collision_count + 1
+        log.info(
+            "collaset %s/%s: revision name %s is taken; collisionCount %d",
+            namespace,
+            name,
+            action.name,
+            count,
+        )
+        body = {"metadata": {"resourceVersion": rv}, "status": {"collisionCount": count}}
+        await self._call(
+            result,
+            "write status.collisionCount",
+            self.custom.patch_namespaced_custom_object_status(  # type: ignore[call-arg]
+                GROUP, VERSION, namespace, PLURAL, name, body, _content_type=MERGE_PATCH
+            ),
+        )
+        self.expectations.expect_changed(Kind.COLLASET, name, resource_version=rv, now=self.clock())
+
+    async def _status(
+        self, name: str, namespace: str, meta: Mapping[str, Any], decision: Decision, result: ApplyResult
+    ) -> bool:
+        rv = str(meta.get("resourceVersion", ""))
+        body = {"metadata": {"resourceVersion": rv}, "status": decision.status}
+        try:
+            await self.custom.patch_namespaced_custom_object_status(  # type: ignore[call-arg]
+                GROUP, VERSION, namespace, PLURAL, name, body, _content_type=MERGE_PATCH
+            )
+        except ApiException as e:
+            error = kube.map_error(e)
+            self.expectations.expect_changed(Kind.COLLASET, name, resource_version=rv, now=self.clock())
+            if isinstance(error, kube.Conflict | kube.NotFound):
+                log.debug(
+                    "collaset %s/%s changed since observed (%s); observing again", namespace, name, error
+                )
+            else:
+                result.errors.append(f"write status: {error}")
+            result.stale = True
+            return False
+        self.expectations.expect_changed(Kind.COLLASET, name, resource_version=rv, now=self.clock())
+        return True
+
+    async def _create_job(self, namespace: str, job: CreateJob, result: ApplyResult) -> None:
+        await self._call(
+            result,
+            f"create hook Job {job.name}",
+            self.batch.create_namespaced_job(namespace, job.manifest),  # type: ignore[arg-type]
+            tolerate=(kube.Conflict,),  # deterministic name: it is already there
+        )
+        self.expectations.expect_present(Kind.JOB, job.name, now=self.clock())
+
+    async def _delete_job(self, namespace: str, job: DeleteJob, result: ApplyResult) -> None:
+        ok = await self._call(
+            result,
+            f"delete hook Job {job.name}",
+            self.batch.delete_namespaced_job(job.name, namespace, propagation_policy="Background"),
+        )
+        self.expectations.expect_gone(Kind.JOB, job.name, now=self.clock())
+        if ok and job.why == JobDeletion.RETENTION:
+            self.post("Normal", "HookJobDeleted", f"hook {job.hook}: deleted job {job.name} (retainPolicy)")
+
+    async def _create_pod(
+        self,
+        collaset: Mapping[str, Any],
+        action: CreatePod,
+        templates: Mapping[str, Mapping[str, Any]],
+        result: ApplyResult,
+        limit: asyncio.Semaphore,
+    ) -> None:
+        meta = collaset["metadata"]
+        manifest = render_pod(
+            collaset=meta["name"],
+            namespace=meta["namespace"],
+            collaset_uid=meta["uid"],
+            revision=action.revision,
+            template=templates.get(action.revision) or {},
+        )
+        async with limit:
+            try:
+                created = await self.core.create_namespaced_pod(meta["namespace"], manifest)  # type: ignore[arg-type]
+            except ApiException as e:
+                error = kube.map_error(e)
+                if not _namespace_terminating(error):
+                    result.errors.append(f"create pod on revision {action.revision}: {error}")
+                return
+        name = created.metadata.name
+        self.expectations.expect_present(Kind.POD, name, now=self.clock())
+        self.post("Normal", "PodCreated", f"created pod {name} on revision {action.revision}")
+
+    async def _write_pod(
+        self, namespace: str, write: PodWrite, result: ApplyResult, limit: asyncio.Semaphore
+    ) -> None:
+        async with limit:
+            if write.delete is not None:
+                options = client.V1DeleteOptions(
+                    preconditions=client.V1Preconditions(
+                        uid=write.delete.uid or None, resource_version=write.resource_version or None
+                    )
+                )
+                ok = await self._call(
+                    result,
+                    f"delete pod {write.pod}",
+                    self.core.delete_namespaced_pod(write.pod, namespace, body=options),
+                )
+                if ok:
+                    self.expectations.expect_gone(Kind.POD, write.pod, uid=write.delete.uid, now=self.clock())
+                else:
+                    self.expectations.expect_changed(
+                        Kind.POD, write.pod, resource_version=write.resource_version, now=self.clock()
+                    )
+            else:
+                ok = await self._call(
+                    result,
+                    f"patch pod {write.pod}",
+                    self.core.patch_namespaced_pod(  # type: ignore[call-arg]
+                        write.pod, namespace, write.patch, _content_type=write.content_type
+                    ),
+                )
+                self.expectations.expect_changed(
+                    Kind.POD, write.pod, resource_version=write.resource_version, now=self.clock()
+                )
+        if ok:
+            for reason, message in write.events:
+                self.post("Normal", reason, message)
+
+    async def _call(
+        self,
+        result: ApplyResult,
+        what: str,
+        call: Awaitable[Any],
+        *,
+        tolerate: tuple[type[kube.ApiError], ...] = (),
+    ) -> bool:
+        """Run one write; True when it took effect (or a tolerated error says it already had)."""
+        try:
+            await call
+        except ApiException as e:
+            error = kube.map_error(e)
+            if isinstance(error, tolerate):
+                return True
+            if isinstance(error, kube.Conflict | kube.NotFound):
+                log.debug("%s: %s; observing again", what, error)
+                return False
+            if not _namespace_terminating(error):
+                result.errors.append(f"{what}: {error}")
+            return False
+        return True
+
+
+def _namespace_terminating(error: kube.ApiError) -> bool:
+    """Writes into a namespace being deleted fail (403); the CollaSet goes with it, nothing to report."""
+    return error.status == 403 and "being terminated" in error.reason
