@@ -54,14 +54,21 @@ async def _all_pods(core: client.CoreV1Api, ns: str) -> list[Any]:
     return list((await core.list_namespaced_pod(ns)).items)
 
 
-async def _patch(core: client.CoreV1Api, pod: Any, body: dict[str, Any]) -> None:
-    try:
-        await core.patch_namespaced_pod(
-            pod.metadata.name, pod.metadata.namespace, body, _content_type="application/merge-patch+json"
+async def _patch(core: client.CoreV1Api, pod: Any, change: Any) -> None:
+    """Write a library change guarded by resourceVersion; on a conflict read the pod and retry."""
+    while True:
+        body = change(pod.metadata.labels or {}).to_merge_patch(
+            resource_version=pod.metadata.resource_version
         )
-    except client.exceptions.ApiException as e:
-        if e.status != 409:
-            raise
+        try:
+            await core.patch_namespaced_pod(
+                pod.metadata.name, pod.metadata.namespace, body, _content_type="application/merge-patch+json"
+            )
+            return
+        except client.exceptions.ApiException as e:
+            if e.status != 409:
+                raise
+        pod = await core.read_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
 
 
 async def run_once(api: client.ApiClient, n: int) -> dict[str, Any]:
@@ -92,8 +99,7 @@ async def run_once(api: client.ApiClient, n: int) -> dict[str, Any]:
 
     async def begin_one(pod: Any) -> None:
         async with sem:
-            change = begin(ADAPTER, pod.metadata.labels or {}, now_ns=now)
-            await _patch(core, pod, change.to_merge_patch(resource_version=pod.metadata.resource_version))
+            await _patch(core, pod, lambda labels: begin(ADAPTER, labels, now_ns=now))
 
     await asyncio.gather(*(begin_one(p) for p in pods))
     finished: set[str] = set()
@@ -107,10 +113,7 @@ async def run_once(api: client.ApiClient, n: int) -> dict[str, Any]:
                 and allow_ops(ADAPTER, labels, now_ns=time.time_ns()).allowed
             ):
                 finished.add(pod.metadata.name)
-                change = finish(ADAPTER, labels)
-                todo.append(
-                    _patch(core, pod, change.to_merge_patch(resource_version=pod.metadata.resource_version))
-                )
+                todo.append(_patch(core, pod, lambda labels: finish(ADAPTER, labels)))
         await asyncio.gather(*todo)
         if len(finished) == n and all(_available(p.metadata.labels or {}) for p in pods):
             break

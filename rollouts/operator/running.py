@@ -17,6 +17,7 @@ Two ways to be reached by the API server:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import errno
 import logging
 import os
@@ -30,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import kopf
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from rollouts import crdgen, kube
 from rollouts.operator.certificates import CertificateFiles, mounted_certificates, write_certificates
@@ -199,6 +202,36 @@ def run_operator(
     asyncio.run(main())
 
 
+async def wait_webhooks_registered(cfg: OperatorConfig, *, timeout: float = 60) -> None:
+    """kopf registers the webhook configurations after it reports ready: wait until both name our port.
+
+    Until then a configuration left by an earlier run may point at a closed port, and its
+    validating webhook (failurePolicy Fail) refuses controlled pods.
+    """
+    wanted = f":{cfg.webhook_port}/"
+    async with kube.api_session(cfg.kubeconfig) as api:
+        admission = client.AdmissionregistrationV1Api(api)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            urls: list[str] = []
+            for read in (
+                admission.read_mutating_webhook_configuration,
+                admission.read_validating_webhook_configuration,
+            ):
+                try:
+                    config = await read(WEBHOOK_CONFIGURATION_NAME)
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
+                    continue
+                urls.append(" ".join(w.client_config.url or "" for w in config.webhooks or []))
+            if len(urls) == 2 and all(wanted in u for u in urls):
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise StartupError(f"webhook configurations not registered for port {cfg.webhook_port}")
+            await asyncio.sleep(0.2)
+
+
 class OperatorThread:
     """The operator in a background thread of this process (tests, playground).
 
@@ -225,6 +258,10 @@ class OperatorThread:
             raise StartupError(f"operator not ready within {timeout:.0f}s")
         if self._error is not None:
             raise StartupError(f"operator failed to start: {self._error!r}") from self._error
+        if not self.cfg.in_cluster:
+            # A thread of its own: the caller may be inside an event loop (asyncio.run cannot nest).
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+                pool.submit(lambda: asyncio.run(wait_webhooks_registered(self.cfg, timeout=timeout))).result()
         return self
 
     def stop(self, *, timeout: float = 30) -> None:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import subprocess
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -23,7 +21,6 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from rollouts import kube
-from rollouts.localcluster.building import binaries_for, load_versions
 from rollouts.localcluster.clusters import cluster_down, cluster_up
 from rollouts.operator.running import OperatorConfig, OperatorThread, free_port
 
@@ -59,26 +56,6 @@ class Operator:
 
     def start(self) -> None:
         self.thread = OperatorThread(self.cfg).start()
-        self.wait_webhooks_registered()
-
-    def wait_webhooks_registered(self, timeout: float = 30) -> None:
-        """kopf registers webhook configurations after it reports ready: wait for our port in them."""
-        kubectl = binaries_for(load_versions()).kubectl
-        wanted = f":{self.cfg.webhook_port}/"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            out = subprocess.run(
-                [str(kubectl), "--kubeconfig", str(self.cfg.kubeconfig), "get",
-                 "mutatingwebhookconfigurations,validatingwebhookconfigurations", "-o",
-                 "jsonpath={range .items[?(@.metadata.name=='rollouts.kusionstack.io')]}"
-                 "{.webhooks[*].clientConfig.url}{'\\n'}{end}"],
-                capture_output=True, text=True,
-            )  # fmt: skip
-            lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
-            if len(lines) == 2 and all(wanted in ln for ln in lines):
-                return
-            time.sleep(0.2)
-        raise AssertionError(f"webhook configurations not registered for port {self.cfg.webhook_port}")
 
     def stop(self) -> None:
         if self.thread is not None:

@@ -320,3 +320,34 @@ async def test_grace_delete_turns_delete_into_the_lifecycle(pods: Pods, operator
         await eventually(gone, what="pod deleted by the lifecycle")
     finally:
         operator.restart(grace_delete=False)
+
+
+async def test_transition_rule_holds_precheck_until_it_passes(pods: Pods, api: client.ApiClient) -> None:
+    """The lifecycle controller honours PodTransitionRule verdicts: no pre-checked until the rule passes."""
+    rule = {
+        "apiVersion": "apps.kusionstack.io/v1alpha1",
+        "kind": "PodTransitionRule",
+        "metadata": {"name": "gate"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "rules": [{"name": "approved", "labelCheck": {"requires": {"matchLabels": {"approved": "yes"}}}}],
+        },
+    }
+    await client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "apps.kusionstack.io", "v1alpha1", pods.ns, "podtransitionrules", rule
+    )
+    await pods.create("web")
+    await eventually(lambda: pods.available("web"), what="service-available")
+    await pods.change("web", begin(UPDATE, await pods.labels("web"), now_ns=time.time_ns()))
+    await eventually(lambda: pods.has("web", L.id_key(L.PRE_CHECK, UPDATE.id)), what="pre-check")
+
+    async def rejected() -> bool:
+        pod = await pods.get("web")
+        detail = (pod.metadata.annotations or {}).get("detail.podtransitionrule.kusionstack.io/gate")
+        return detail is not None and json.loads(detail) == {"stage": "PreCheck", "passed": False}
+
+    await eventually(rejected, what="the rule's rejection on the pod")
+    assert not await pods.has("web", L.id_key(L.PRE_CHECKED, UPDATE.id))
+    await pods.change("web", LabelChange(set_labels={"approved": "yes"}))
+    await _finish_when_allowed(pods, "web", UPDATE)
+    await eventually(lambda: pods.available("web"), what="operation completed once the rule passed")

@@ -246,25 +246,22 @@ def _register_webhooks(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> 
         registry=registry,
     )
     def mutate_pod(body: kopf.Body, patch: kopf.Patch, namespace: str | None, **kwargs: Any) -> None:
-        # kopf passes old/operation and the indexes by name; its WebhookFn protocol omits them.
-        pod = dict(body)
-        old = kwargs.get("old")
-        try:
-            gate = gate_for(pod, rules_in(namespace or "", kwargs.get("transition_rules")))
-            facts = facts_of(
-                pod,
-                gate=gate,
-                creating=kwargs.get("operation") == "CREATE",
-                previous=dict(old) if old else None,
-            )
-            change = settle(facts, now_ns=_now_ns())
-        except InvalidLifecycleLabel:
-            return  # the validating webhook rejects it with a message
-        labels = change.to_merge_patch().get("metadata", {}).get("labels", {})
-        for key, value in labels.items():
-            patch.setdefault("metadata", {}).setdefault("labels", {})[key] = value
-        if change.add_readiness_gate:
-            patch.fns.append(_add_readiness_gate)
+        mutate(body, patch, namespace, kwargs)
+
+    # The API server keeps label changes made during a pods/status write, so the step a
+    # status change unlocks (e.g. preparing -> operate once service-ready is False) rides
+    # on that very write instead of costing the controller one more.
+    @kopf.on.mutate(
+        "pods",
+        id="podopslifecycle-mutate-status",
+        subresource="status",
+        labels=CONTROLLED,
+        operations=["UPDATE"],
+        ignore_failures=True,
+        registry=registry,
+    )
+    def mutate_pod_status(body: kopf.Body, patch: kopf.Patch, namespace: str | None, **kwargs: Any) -> None:
+        mutate(body, patch, namespace, kwargs)
 
     @kopf.on.validate(
         "pods", id="podopslifecycle-validate", labels=CONTROLLED, operations=WRITES, registry=registry
@@ -319,6 +316,26 @@ def _register_webhooks(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> 
                 "(Preparing), no need to delete it again",
                 code=403,
             )
+
+
+def mutate(body: kopf.Body, patch: kopf.Patch, namespace: str | None, kwargs: Mapping[str, Any]) -> None:
+    """The webhook's fast path: fold the next label steps into the write under admission."""
+    # kopf passes old/operation and the indexes by name; its WebhookFn protocol omits them.
+    pod = dict(body)
+    old = kwargs.get("old")
+    try:
+        gate = gate_for(pod, rules_in(namespace or "", kwargs.get("transition_rules")))
+        facts = facts_of(
+            pod, gate=gate, creating=kwargs.get("operation") == "CREATE", previous=dict(old) if old else None
+        )
+        change = settle(facts, now_ns=_now_ns())
+    except InvalidLifecycleLabel:
+        return  # the validating webhook rejects it with a message
+    labels = change.to_merge_patch().get("metadata", {}).get("labels", {})
+    for key, value in labels.items():
+        patch.setdefault("metadata", {}).setdefault("labels", {})[key] = value
+    if change.add_readiness_gate:
+        patch.fns.append(_add_readiness_gate)
 
 
 def _add_readiness_gate(raw: Any) -> None:
