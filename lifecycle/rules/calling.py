@@ -18,7 +18,7 @@ import ssl
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import aiohttp
 
@@ -124,12 +124,7 @@ async def post_webhook(
         ca_bundle=ca_bundle,
         timeout_seconds=timeout_seconds,
     )
-    if isinstance(answer, WebhookFailure):
-        return answer
-    status, data = answer
-    if not 200 <= status < 300:
-        return status_failure(status=status, body=data)
-    return parse_response(data)
+    return _decode(answer, parse_response)
 
 
 async def fetch_poll(
@@ -148,12 +143,22 @@ async def fetch_poll(
         ca_bundle=ca_bundle,
         timeout_seconds=timeout_seconds,
     )
+    return _decode(answer, parse_poll_response)
+
+
+_T = TypeVar("_T")
+
+
+def _decode(
+    answer: tuple[int, bytes] | WebhookFailure, parse: Callable[[bytes], _T | WebhookFailure]
+) -> _T | WebhookFailure:
+    """A transport failure as is, a non-2xx status as a failure, else the parsed body."""
     if isinstance(answer, WebhookFailure):
         return answer
     status, data = answer
     if not 200 <= status < 300:
         return status_failure(status=status, body=data)
-    return parse_poll_response(data)
+    return parse(data)
 
 
 async def _perform(

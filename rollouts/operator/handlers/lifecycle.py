@@ -68,15 +68,32 @@ def _condition(pod: Mapping[str, Any], kind: str) -> str | None:
     return None
 
 
+#: Parsed rules by (uid, resourceVersion): every pod event and webhook call reads the rules
+#: of its namespace, and parsing them anew each time would be the hot path's main cost.
+_parsed: dict[tuple[str, str], PodTransitionRule | None] = {}
+_PARSED_LIMIT = 4096
+
+
+def _parse_rule(raw: Mapping[str, Any]) -> PodTransitionRule | None:
+    meta = raw.get("metadata") or {}
+    key = (str(meta.get("uid")), str(meta.get("resourceVersion")))
+    if key not in _parsed:
+        if len(_parsed) >= _PARSED_LIMIT:
+            _parsed.clear()
+        try:
+            _parsed[key] = PodTransitionRule.model_validate(raw)
+        except ValueError:
+            log.warning(
+                "podtransitionrule %s/%s does not parse; ignored", meta.get("namespace"), meta.get("name")
+            )
+            _parsed[key] = None
+    return _parsed[key]
+
+
 def rules_in(namespace: str, transition_rules: Any) -> list[PodTransitionRule]:
     """The parsed PodTransitionRules of a namespace from the index (unparseable ones are skipped)."""
-    found: list[PodTransitionRule] = []
-    for raw in transition_rules.get(namespace, []) if transition_rules is not None else []:
-        try:
-            found.append(PodTransitionRule.model_validate(raw))
-        except ValueError:
-            log.warning("podtransitionrule %s/%s does not parse; ignored", namespace, raw["metadata"]["name"])
-    return found
+    raws = transition_rules.get(namespace, []) if transition_rules is not None else []
+    return [rule for rule in map(_parse_rule, raws) if rule is not None]
 
 
 def gate_for(pod: Mapping[str, Any], rules: Iterable[PodTransitionRule]) -> PodGate:
@@ -342,11 +359,6 @@ def _add_readiness_gate(raw: Any) -> None:
     gates = raw.setdefault("spec", {}).setdefault("readinessGates", [])
     if not any(g.get("conditionType") == SERVICE_READY for g in gates):
         gates.append({"conditionType": SERVICE_READY})
-
-
-def current_phase(labels: Mapping[str, str]) -> str:
-    """The pod's lifecycle phase (for logs and status views)."""
-    return str(parse_state(labels).phase)
 
 
 def _body(pod: Mapping[str, Any]) -> kopf.Body:
