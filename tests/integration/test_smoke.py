@@ -199,3 +199,26 @@ async def test_operator_installs_crds_and_rejects_bad_objects(
         rejected_by_webhook, what="the CollaSet webhook to reject a mismatched selector"
     )
     assert "selector" in message
+
+
+async def test_api_calls_of_both_clients_are_counted(
+    api: client.ApiClient, namespace: str, operator: Operator
+) -> None:
+    """kopf's watches and our controllers' writes both pass the client-layer counter."""
+    from rollouts.apicalls import API_CALLS
+
+    core = client.CoreV1Api(api)
+    pod = _pod("counted", labels={"kusionstack.io/control": "true"})
+    await core.create_namespaced_pod(namespace, pod)
+
+    def seen() -> set[tuple[str, str, str]]:
+        return {(k.verb, k.group, k.resource) for k in API_CALLS.snapshot()}
+
+    async def counted() -> bool:
+        calls = seen()
+        return ("watch", "", "pods") in calls and ("watch", "apps.kusionstack.io", "collasets") in calls
+
+    await eventually(counted, what="kopf's watches counted")
+    # The operator's own client (memo["api"]) is instrumented too: the lifecycle controller
+    # sets the pod's service-ready condition through it.
+    await eventually(lambda: ("patch", "", "pods/status") in seen(), what="our client's status patch counted")

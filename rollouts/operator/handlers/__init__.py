@@ -18,11 +18,18 @@ if TYPE_CHECKING:
 
 def _register_login(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
     @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        """Credentials from the kubeconfig ($KUBECONFIG, set from --kubeconfig) or the service account."""
+    async def login(**kwargs: Any) -> kopf.AiohttpSession | None:
+        """Credentials from the kubeconfig ($KUBECONFIG, set from --kubeconfig) or the service account.
+
+        kopf's session is built here so its requests are counted with ours (:mod:`rollouts.apicalls`).
+        """
+        from rollouts import apicalls
+
         if cfg.in_cluster:
-            return kopf.login_with_service_account(**kwargs)
-        return kopf.login_with_kubeconfig(**kwargs)
+            info = kopf.login_with_service_account(**kwargs)
+        else:
+            info = kopf.login_with_kubeconfig(**kwargs)
+        return None if info is None else apicalls.kopf_session(info)
 
 
 def _register_api_client(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
@@ -30,9 +37,10 @@ def _register_api_client(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -
 
     @kopf.on.startup(registry=registry)
     async def open_api_client(memo: kopf.Memo, **_: Any) -> None:
-        from rollouts import kube
+        from rollouts import apicalls, kube
 
         memo["api"] = await kube.new_api_client(cfg.kubeconfig, in_cluster=cfg.in_cluster)
+        apicalls.instrument(memo["api"])
 
     @kopf.on.cleanup(registry=registry)
     async def close_api_client(memo: kopf.Memo, **_: Any) -> None:
