@@ -39,6 +39,15 @@ LAST_POD_STATUS_ANNOTATION: Final = "collaset.kusionstack.io/last-pod-status"
 REVISION_LABEL: Final = "controller-revision-hash"
 #: On ControllerRevisions: the template hash.
 HASH_LABEL: Final = "controller.kubernetes.io/hash"
+#: The default PodTransitionRule of ``rollingUpdate.maxUnavailable`` is ``<collaset><suffix>``.
+DEFAULT_RULE_SUFFIX: Final = "-max-unavailable"
+#: PodTransitionRule names go into pod annotation keys (``detail.podtransitionrule.kusionstack.io/<name>``).
+MAX_RULE_NAME_LENGTH: Final = 63
+
+
+def default_rule_name(collaset: str) -> str:
+    """The PodTransitionRule a CollaSet owns for ``rollingUpdate.maxUnavailable``."""
+    return f"{collaset}{DEFAULT_RULE_SUFFIX}"
 
 
 class PodUpdatePolicy(StrEnum):
@@ -55,6 +64,17 @@ class ConditionType(StrEnum):
     UPDATE = "Update"
     #: True once the rollout of the updated revision stopped for good (reason HookFailed).
     FAILED = "Failed"
+    #: Only with progressDeadlineSeconds: False (ProgressDeadlineExceeded) when a rollout is stuck.
+    PROGRESSING = "Progressing"
+
+
+class ProgressReason(StrEnum):
+    """Reasons of the Progressing condition (the native Deployment's, where it has one)."""
+
+    PROGRESSING = "Progressing"
+    COMPLETE = "Complete"
+    PAUSED = "Paused"
+    PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
 
 
 class ByPartition(ApiModel):
@@ -157,7 +177,15 @@ class CollaSetStatus(ApiModel):
         default=0, ge=0, description="Pods during an update or scale-in operation."
     )
     conditions: list[Condition] = Field(
-        default_factory=list, description="Scale, Update and Failed conditions."
+        default_factory=list,
+        description="Scale, Update and Failed conditions; Progressing with progressDeadlineSeconds.",
+    )
+    last_progress_time: str | None = Field(
+        default=None,
+        description=(
+            "When the rollout last made progress (pods updated, ready or available, revision or hook "
+            "changes); progressDeadlineSeconds counts from it."
+        ),
     )
     hooks: list[HookStatus] = Field(default_factory=list, description="Hooks of the current rollout.")
     hook_phase: str | None = Field(

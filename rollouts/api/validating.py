@@ -19,7 +19,13 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from hooks.models import HookTriggerType, LifecycleHook, parse_percent
-from rollouts.api.collasets import CollaSet, CollaSetSpec
+from rollouts.api.collasets import (
+    DEFAULT_RULE_SUFFIX,
+    MAX_RULE_NAME_LENGTH,
+    CollaSet,
+    CollaSetSpec,
+    default_rule_name,
+)
 
 #: Revision names are ``<name>-<hash>`` (hash up to 10 characters) and go into label values (63).
 MAX_NAME_LENGTH: Final = 52
@@ -49,6 +55,17 @@ def validate_collaset(obj: Mapping[str, Any]) -> list[str]:
             "(<name>-<hash>) fit a label value"
         )
     spec = collaset.spec
+    if (
+        isinstance(name, str)
+        and spec.update_strategy.rolling_update.max_unavailable is not None
+        and len(default_rule_name(name)) > MAX_RULE_NAME_LENGTH
+    ):
+        limit = MAX_RULE_NAME_LENGTH - len(DEFAULT_RULE_SUFFIX)
+        messages.append(
+            f"metadata.name: {len(name)} characters is too long with spec.updateStrategy.rollingUpdate."
+            f"maxUnavailable; at most {limit} so the default PodTransitionRule {default_rule_name('<name>')} "
+            "fits a pod annotation key (or set the budget with your own PodTransitionRule)"
+        )
     messages += _check_selector(spec)
     messages += _check_template(spec.template)
     messages += _check_update_strategy(spec)

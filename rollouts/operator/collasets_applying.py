@@ -2,12 +2,14 @@
 
 Order matters and follows the decision (:mod:`rollouts.operator.collasets_deciding`):
 
-1. revision actions (create ``<cls>-<hash>``, bump ``revision`` for a rollback, prune);
-   while the updated revision is being created nothing else is written;
+1. revision actions (create ``<cls>-<hash>``, bump ``revision`` for a rollback, prune) and
+   the default PodTransitionRule (create, replace its spec, delete); while the updated
+   revision or the rule is being created or changed nothing else is written;
 2. the ``status`` subresource, guarded by the CollaSet's resourceVersion: it records hook
    phases before any Job is created or deleted, so a restart never starts a finished
    hook again and a retention deletion is never the only trace of a hook. A 409 stops
-   the apply (the decision was made from an old CollaSet; observe again);
+   the apply (the decision was made from an old CollaSet; observe again). The Events
+   of condition changes (deadline exceeded, scale or rollout completed) follow it;
 3. hook Job creations (a 409 means "already there": names are deterministic) and
    deletions (background propagation, after the status that says why);
 4. pod writes, one per pod: label merge patches from the lifecycle library
@@ -33,9 +35,16 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from hooks.planning import CreateJob, DeleteJob, JobDeletion
+from lifecycle.rules.models import PLURAL as RULE_PLURAL
 from rollouts import kube
 from rollouts.api.collasets import GROUP, VERSION
-from rollouts.operator.collasets_deciding import Decision, render_pod
+from rollouts.operator.collasets_deciding import (
+    CreateRule,
+    Decision,
+    DeleteRule,
+    ReplaceRuleSpec,
+    render_pod,
+)
 from rollouts.operator.collasets_expecting import Expectations, Kind
 from rollouts.planning.revisions import BumpRevision, CreateRevision, DeleteRevision, read_template
 from rollouts.planning.updating import (
@@ -56,6 +65,7 @@ log = logging.getLogger("rollouts.collasets")
 PLURAL: Final = "collasets"
 MERGE_PATCH: Final = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
+JSON_PATCH: Final = "application/json-patch+json"
 #: Pod writes in flight at once for one CollaSet.
 POD_WRITE_CONCURRENCY: Final = 16
 
@@ -187,10 +197,17 @@ class Applier:
         meta = collaset.get("metadata") or {}
         name, namespace = str(meta["name"]), str(meta["namespace"])
         await self._revisions(decision, namespace, revisions, result)
+        await self._rules(decision, namespace, result)
         if decision.waits_for_revision or result.errors:
             return result
-        if decision.status is not None and not await self._status(name, namespace, meta, decision, result):
-            return result
+        version = str(meta.get("resourceVersion", ""))
+        if decision.status is not None:
+            written = await self._status(name, namespace, meta, decision, result)
+            if written is None:
+                return result
+            version = written
+            for note in decision.events:
+                self.post(note.type, note.reason, note.message)
         hooks = decision.hooks
         if hooks is not None:
             for event in hooks.events:
@@ -216,7 +233,43 @@ class Applier:
                 for write in pod_writes(plan, updated_revision=decision.updated_revision)
             ]
             await asyncio.gather(*creates, *writes)
+            if plan.pod_to_delete is not None:
+                await self._prune_pod_to_delete(collaset, plan.pod_to_delete, version, result)
         return result
+
+    async def _prune_pod_to_delete(
+        self, collaset: Mapping[str, Any], kept: tuple[str, ...], version: str, result: ApplyResult
+    ) -> None:
+        """Drop the names of deleted pods from ``spec.scaleStrategy.podToDelete``.
+
+        The JSON patch tests the list it was computed from rather than the resourceVersion
+        (the status write just moved that), so a list the user changed meanwhile fails the
+        test (422) and is looked at again.
+        """
+        meta = collaset["metadata"]
+        name, namespace = str(meta["name"]), str(meta["namespace"])
+        current = list(((collaset.get("spec") or {}).get("scaleStrategy") or {}).get("podToDelete") or [])
+        path = "/spec/scaleStrategy/podToDelete"
+        body = [
+            {"op": "test", "path": path, "value": current},
+            {"op": "replace", "path": path, "value": list(kept)},
+        ]
+        try:
+            await self.custom.patch_namespaced_custom_object(  # type: ignore[call-arg]
+                GROUP, VERSION, namespace, PLURAL, name, body, _content_type=JSON_PATCH
+            )
+        except ApiException as e:
+            error = kube.map_error(e)
+            if isinstance(error, kube.Conflict | kube.NotFound | kube.Invalid):
+                log.debug("collaset %s/%s: podToDelete changed since observed (%s)", namespace, name, error)
+            elif not _namespace_terminating(error):
+                result.errors.append(f"prune scaleStrategy.podToDelete: {error}")
+            return
+        self.expectations.expect_changed(Kind.COLLASET, name, resource_version=version, now=self.clock())
+        gone = [n for n in current if n not in kept]
+        self.post(
+            "Normal", "PodToDeleteDone", f"removed {', '.join(gone)} from scaleStrategy.podToDelete (deleted)"
+        )
 
     async def _revisions(
         self,
@@ -276,6 +329,65 @@ class Applier:
                 if ok:
                     self.post("Normal", "RevisionPruned", f"deleted revision {action.name} (historyLimit)")
 
+    async def _rules(self, decision: Decision, namespace: str, result: ApplyResult) -> None:
+        """The default PodTransitionRule of ``rollingUpdate.maxUnavailable``."""
+        for action in decision.rule_actions:
+            if isinstance(action, CreateRule):
+                ok = await self._call(
+                    result,
+                    f"create PodTransitionRule {action.name}",
+                    self.custom.create_namespaced_custom_object(
+                        GROUP, VERSION, namespace, RULE_PLURAL, action.manifest
+                    ),
+                    tolerate=(kube.Conflict,),  # ours, and the watch lags (plan_default_rule checks owners)
+                )
+                self.expectations.expect_present(Kind.RULE, action.name, now=self.clock())
+                if ok:
+                    self.post(
+                        "Normal",
+                        "RuleCreated",
+                        f"created PodTransitionRule {action.name} ({_budget(action.manifest['spec'])})",
+                    )
+            elif isinstance(action, ReplaceRuleSpec):
+                # resourceVersion guard: a stale decision gets a 409 instead of overwriting.
+                body = {"metadata": {"resourceVersion": action.resource_version}, "spec": action.patch}
+                ok = await self._call(
+                    result,
+                    f"update PodTransitionRule {action.name}",
+                    self.custom.patch_namespaced_custom_object(  # type: ignore[call-arg]
+                        GROUP, VERSION, namespace, RULE_PLURAL, action.name, body, _content_type=MERGE_PATCH
+                    ),
+                )
+                self.expectations.expect_changed(
+                    Kind.RULE, action.name, resource_version=action.resource_version, now=self.clock()
+                )
+                if ok:
+                    self.post(
+                        "Normal",
+                        "RuleUpdated",
+                        f"updated PodTransitionRule {action.name} ({_budget(action.spec)})",
+                    )
+            elif isinstance(action, DeleteRule):
+                ok = await self._call(
+                    result,
+                    f"delete PodTransitionRule {action.name}",
+                    self.custom.delete_namespaced_custom_object(
+                        GROUP,
+                        VERSION,
+                        namespace,
+                        RULE_PLURAL,
+                        action.name,
+                        body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=action.uid)),
+                    ),
+                )
+                self.expectations.expect_gone(Kind.RULE, action.name, uid=action.uid, now=self.clock())
+                if ok:
+                    self.post(
+                        "Normal",
+                        "RuleDeleted",
+                        f"deleted PodTransitionRule {action.name} (rollingUpdate.maxUnavailable unset)",
+                    )
+
     async def _name_taken(
         self, decision: Decision, namespace: str, action: CreateRevision, result: ApplyResult
     ) -> None:
@@ -313,11 +425,12 @@ class Applier:
 
     async def _status(
         self, name: str, namespace: str, meta: Mapping[str, Any], decision: Decision, result: ApplyResult
-    ) -> bool:
+    ) -> str | None:
+        """Write the status guarded by the observed version; the new resourceVersion, None when it failed."""
         rv = str(meta.get("resourceVersion", ""))
         body = {"metadata": {"resourceVersion": rv}, "status": decision.status}
         try:
-            await self.custom.patch_namespaced_custom_object_status(  # type: ignore[call-arg]
+            written = await self.custom.patch_namespaced_custom_object_status(  # type: ignore[call-arg]
                 GROUP, VERSION, namespace, PLURAL, name, body, _content_type=MERGE_PATCH
             )
         except ApiException as e:
@@ -330,9 +443,9 @@ class Applier:
             else:
                 result.errors.append(f"write status: {error}")
             result.stale = True
-            return False
+            return None
         self.expectations.expect_changed(Kind.COLLASET, name, resource_version=rv, now=self.clock())
-        return True
+        return str(((written or {}).get("metadata") or {}).get("resourceVersion", rv))
 
     async def _create_job(self, namespace: str, job: CreateJob, result: ApplyResult) -> None:
         await self._call(
@@ -439,6 +552,12 @@ class Applier:
                 result.errors.append(f"{what}: {error}")
             return False
         return True
+
+
+def _budget(spec: Mapping[str, Any]) -> str:
+    rules = spec.get("rules") or [{}]
+    value = (rules[0].get("availablePolicy") or {}).get("maxUnavailableValue")
+    return f"maxUnavailable {value}"
 
 
 def _namespace_terminating(error: kube.ApiError) -> bool:

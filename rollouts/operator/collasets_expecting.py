@@ -35,6 +35,7 @@ class Kind(StrEnum):
     REVISION = "controllerrevision"
     JOB = "job"
     COLLASET = "collaset"
+    RULE = "podtransitionrule"
 
 
 class Expect(StrEnum):

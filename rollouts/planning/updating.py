@@ -18,6 +18,13 @@ and calls :func:`plan_collaset`. Every pod change goes through PodOpsLifecycle:
   ``FinishOperation``. A pod whose update has begun but is no longer wanted and not
   yet operating gets ``UndoOperation``.
 
+Conditions say what the CollaSet waits for, naming one pod and, when PodTransitionRules
+hold it in its stage, the rules and their reasons (:class:`Rejection`, read from the
+rules' ``status.details`` by the reconciler): ``3/10 updated, waiting for pod web-abc to
+pass PreCheck: [ptr web-budget] [budget] blocked by max unavailable policy: ...``. The pod
+named is the first (by name) a rule holds, else the first waiting, so the message only
+changes when the situation does; ids that change on every webhook call are left out.
+
 Update and scale-in use distinct lifecycle ids (``collaset-update``,
 ``collaset-scale-in``); KusionStack Operating shares one id, so a scale-in re-types a
 running update (operating reference, section 6). Lifecycle writes come from the
@@ -29,6 +36,7 @@ operation's phase (:mod:`lifecycle.states`), so this module never spells a lifec
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -49,7 +57,7 @@ from lifecycle.operations import (
     undo,
 )
 from lifecycle.schema import Condition
-from lifecycle.states import InvalidLifecycleLabel, OperationPhase, parse_state
+from lifecycle.states import InvalidLifecycleLabel, OperationPhase, Stage, parse_state
 from rollouts.api.collasets import (
     LAST_POD_STATUS_ANNOTATION,
     REVISION_LABEL,
@@ -140,6 +148,18 @@ class PodView:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Rejection:
+    """A PodTransitionRule holding a pod in a stage, as the rule's ``status.details`` say."""
+
+    #: The PodTransitionRule's name.
+    ptr: str
+    #: The rule (``spec.rules[].name``) that rejected the pod.
+    rule: str
+    stage: Stage
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class CollaSetSnapshot:
     name: str
     namespace: str
@@ -151,6 +171,8 @@ class CollaSetSnapshot:
     templates: Mapping[str, Mapping[str, Any]]
     pods: Sequence[PodView]
     now: datetime
+    #: Pod name -> the PodTransitionRules holding it (any stage; matched against its wait).
+    rejections: Mapping[str, Sequence[Rejection]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,6 +259,8 @@ class Plan:
     current_revision: str
     conditions: tuple[Condition, ...]
     requeue_after: float | None = None
+    #: ``scaleStrategy.podToDelete`` without the names of pods that are gone; None: unchanged.
+    pod_to_delete: tuple[str, ...] | None = None
 
     def label_changes(self) -> dict[str, LabelChange]:
         """Label changes of all actions merged per pod: one write per pod per cycle."""
@@ -317,13 +341,19 @@ def compare_templates(*, old: Mapping[str, Any], new: Mapping[str, Any]) -> Upda
     return UpdateMethod.IN_PLACE if old_meta == new_meta else UpdateMethod.RECREATE
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Wait:
+    why: str
+    stage: Stage | None = None
+
+
 @dataclass
 class _Draft:
     snapshot: CollaSetSnapshot
     actions: list[Action] = field(default_factory=list)
     requeue_after: float | None = None
     #: Operation id -> pod name -> what the pod's operation waits for (condition messages).
-    waits: dict[str, dict[str, str]] = field(default_factory=dict)
+    waits: dict[str, dict[str, _Wait]] = field(default_factory=dict)
 
     @property
     def now_ns(self) -> int:
@@ -333,8 +363,9 @@ class _Draft:
         seconds = max(seconds, 1.0)
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
 
-    def wait(self, adapter: OperationAdapter, pod: PodView, why: str) -> None:
-        self.waits.setdefault(adapter.id, {})[pod.name] = why
+    def wait(self, adapter: OperationAdapter, pod: PodView, why: str, *, stage: Stage | None = None) -> None:
+        """Note what ``pod`` waits for; ``stage``: the PodTransitionRule stage it has to pass."""
+        self.waits.setdefault(adapter.id, {})[pod.name] = _Wait(why=why, stage=stage)
 
     def begin(self, pod: PodView, adapter: OperationAdapter) -> None:
         try:
@@ -351,7 +382,7 @@ class _Draft:
                 change=change,
             )
         )
-        self.wait(adapter, pod, "to pass PreCheck")
+        self.wait(adapter, pod, "to pass PreCheck", stage=Stage.PRE_CHECK)
 
     def undo(self, pod: PodView, adapter: OperationAdapter) -> None:
         try:
@@ -409,7 +440,20 @@ def plan_collaset(snapshot: CollaSetSnapshot, *, hooks: HookDecision | None = No
         current_revision=current,
         conditions=conditions,
         requeue_after=draft.requeue_after,
+        pod_to_delete=_prune_pod_to_delete(snapshot),
     )
+
+
+def _prune_pod_to_delete(snapshot: CollaSetSnapshot) -> tuple[str, ...] | None:
+    """``podToDelete`` without the names no pod of the CollaSet has any more (None: nothing to drop).
+
+    A name is dropped once no pod of that name exists, terminating ones included, so a pod
+    still shutting down keeps its entry; a name that never was a pod of the CollaSet goes too.
+    """
+    names = snapshot.spec.scale_strategy.pod_to_delete
+    existing = {pod.name for pod in snapshot.pods}
+    kept = tuple(name for name in names if name in existing)
+    return None if len(kept) == len(names) else kept
 
 
 def _update_target(snapshot: CollaSetSnapshot, hooks: HookDecision | None) -> int:
@@ -461,7 +505,8 @@ def _scale_in(draft: _Draft, live: list[PodView], victims: set[str]) -> None:
         elif not during:
             draft.begin(pod, SCALE_IN_ADAPTER)
         elif not pod.operating(SCALE_IN_ADAPTER):
-            draft.wait(SCALE_IN_ADAPTER, pod, _describe_wait(pod, SCALE_IN_ID))
+            why, stage = _describe_wait(pod, SCALE_IN_ID)
+            draft.wait(SCALE_IN_ADAPTER, pod, why, stage=stage)
         elif draft.may_act(pod, SCALE_IN_ADAPTER, delay):
             draft.actions.append(
                 DeletePod(
@@ -521,7 +566,8 @@ def _update(draft: _Draft, pods: list[PodView], target: int, hooks: HookDecision
             if may_begin:
                 draft.begin(pod, RECREATE_ADAPTER if method == UpdateMethod.RECREATE else UPDATE_ADAPTER)
         elif not allowed:
-            draft.wait(UPDATE_ADAPTER, pod, _describe_wait(pod, UPDATE_ID))
+            why, stage = _describe_wait(pod, UPDATE_ID)
+            draft.wait(UPDATE_ADAPTER, pod, why, stage=stage)
         elif draft.may_act(pod, UPDATE_ADAPTER, spec.update_strategy.operation_delay_seconds):
             _operate(draft, pod, method, old=old_template or {}, new=new_template)
     return blocked
@@ -660,24 +706,62 @@ _WAITS: Final = {
     OperationPhase.PRE_CHECK: "to pass PreCheck",
     OperationPhase.BEGUN: "to pass PreCheck",
 }
+#: Phases in which PodTransitionRules of a stage hold the pod.
+_STAGES: Final = {
+    OperationPhase.POST_CHECK: Stage.POST_CHECK,
+    OperationPhase.OPERATED: Stage.POST_CHECK,
+    OperationPhase.PRE_CHECK: Stage.PRE_CHECK,
+    OperationPhase.BEGUN: Stage.PRE_CHECK,
+}
+#: Longest rule reason quoted in a condition message.
+MAX_REASON_LENGTH: Final = 240
+#: Parts of webhook reasons that change on every call (trace and task ids): left out of messages.
+_VOLATILE: Final = re.compile(r",?\s*\b(?:traceId|taskId|trace-id|task-id)\b:?\s+[^\s,]+")
 
 
-def _describe_wait(pod: PodView, op_id: str) -> str:
-    """What the pod's operation ``op_id`` waits for, from its lifecycle phase."""
+def _describe_wait(pod: PodView, op_id: str) -> tuple[str, Stage | None]:
+    """What the pod's operation ``op_id`` waits for, from its lifecycle phase, and the stage it is in."""
     try:
         operation = parse_state(pod.labels).operations.get(lc.OperationId(op_id))
     except InvalidLifecycleLabel as error:
-        return f"to get valid lifecycle labels ({error})"
-    return "to pass PreCheck" if operation is None else _WAITS[operation.phase]
+        return f"to get valid lifecycle labels ({error})", None
+    if operation is None:
+        return "to pass PreCheck", Stage.PRE_CHECK
+    return _WAITS[operation.phase], _STAGES.get(operation.phase)
+
+
+def describe_rejection(rejection: Rejection) -> str:
+    """``[ptr <name>] <reason>``, the reason prefixed with its rule unless it names it already."""
+    reason = _VOLATILE.sub("", rejection.reason).strip()
+    if not reason.startswith(f"[{rejection.rule}]"):
+        reason = f"{rejection.rule}: {reason}"
+    if len(reason) > MAX_REASON_LENGTH:
+        reason = reason[: MAX_REASON_LENGTH - 3] + "..."
+    return f"[ptr {rejection.ptr}] {reason}"
+
+
+def _holding(draft: _Draft, pod: str, wait: _Wait) -> list[Rejection]:
+    """The rejections holding ``pod`` in the stage it waits to pass, by rule."""
+    if wait.stage is None:
+        return []
+    found = [r for r in draft.snapshot.rejections.get(pod, ()) if r.stage == wait.stage]
+    return sorted(found, key=lambda r: (r.ptr, r.rule))
 
 
 def _first_wait(draft: _Draft, adapter: OperationAdapter) -> str:
+    """``waiting for pod <name> <why>[: <rules holding it>] (and N more)``.
+
+    The pod named is the first (by name) a PodTransitionRule holds, else the first waiting.
+    """
     waits = draft.waits.get(adapter.id) or {}
     if not waits:
         return ""
-    name = min(waits)
+    held = sorted(name for name, wait in waits.items() if _holding(draft, name, wait))
+    name = held[0] if held else min(waits)
+    wait = waits[name]
+    rules = "; ".join(describe_rejection(r) for r in _holding(draft, name, wait))
     more = f" (and {len(waits) - 1} more)" if len(waits) > 1 else ""
-    return f"waiting for pod {name} {waits[name]}{more}"
+    return f"waiting for pod {name} {wait.why}" + (f": {rules}" if rules else "") + more
 
 
 def _scale_condition(draft: _Draft, live: list[PodView]) -> Condition:

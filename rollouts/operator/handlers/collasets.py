@@ -5,7 +5,11 @@ reconcile never LISTs:
 
 * ``collaset_pods``: control pods by the uid of their controlling CollaSet;
 * ``collaset_revisions``: ControllerRevisions by the uid of their controlling CollaSet;
-* ``collaset_jobs``: hook Jobs by ``<namespace>/<collaset>`` (label ``rollouts.kusionstack.io/collaset``).
+* ``collaset_jobs``: hook Jobs by ``<namespace>/<collaset>`` (label ``rollouts.kusionstack.io/collaset``);
+* ``transition_rules`` (:mod:`rollouts.operator.handlers.indexes`): PodTransitionRules by
+  namespace, for the default rule of ``rollingUpdate.maxUnavailable`` and for the rules'
+  rejections that condition messages quote. A rule's event wakes every CollaSet of its
+  namespace (its status may now hold or release their pods).
 
 Trigger: a kopf daemon per CollaSet runs a level-based loop: wait until the watch shows
 the results of the previous writes (:mod:`rollouts.operator.collasets_expecting`), decide
@@ -91,6 +95,12 @@ class Wakeups:
             if event is not None:
                 event.set()
 
+    def wake_namespace(self, namespace: str | None) -> None:
+        prefix = f"{namespace or ''}/"
+        for key, event in self.events.items():
+            if key.startswith(prefix):
+                event.set()
+
 
 def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
     wakeups = Wakeups()
@@ -126,6 +136,10 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
     def job_event(labels: kopf.Labels, namespace: str | None, **_: Any) -> None:
         wakeups.wake(namespace, labels.get(COLLASET_LABEL))
 
+    @kopf.on.event(GROUP, VERSION, "podtransitionrules", id="collaset_rule_event", registry=registry)
+    def rule_event(namespace: str | None, **_: Any) -> None:
+        wakeups.wake_namespace(namespace)
+
     @kopf.on.event(GROUP, VERSION, "collasets", registry=registry)
     def collaset_event(name: str | None, namespace: str | None, **_: Any) -> None:
         wakeups.wake(namespace, name)
@@ -152,6 +166,7 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
             pods=kwargs["collaset_pods"],
             revisions=kwargs["collaset_revisions"],
             jobs=kwargs["collaset_jobs"],
+            rules=kwargs["transition_rules"],
         )
         try:
             while not stopped:
@@ -189,14 +204,18 @@ class Reconciler:
         pods: kopf.Index[str, dict[str, Any]],
         revisions: kopf.Index[str, dict[str, Any]],
         jobs: kopf.Index[str, dict[str, Any]],
+        rules: kopf.Index[str, dict[str, Any]],
     ) -> None:
         self.body = body
         self.pods = pods
         self.revisions = revisions
         self.jobs = jobs
+        self.rules = rules
         self.expectations = Expectations()
         self.applier = Applier(api, expectations=self.expectations, post=self.post, clock=time.monotonic)
         self._invalid: str | None = None
+        #: The default rule's conflict last posted, so it is posted once.
+        self._conflict: str | None = None
         #: Errors of the last apply, so a persistent error is posted as an Event once, not every retry.
         self._errors: list[str] = []
 
@@ -204,6 +223,10 @@ class Reconciler:
     def key(self) -> str:
         meta = self.body.get("metadata") or {}
         return f"{meta.get('namespace')}/{meta.get('name')}"
+
+    @property
+    def namespace(self) -> str:
+        return str((self.body.get("metadata") or {}).get("namespace") or "")
 
     def post(self, type: str, reason: str, message: str) -> None:
         kopf.event(self.body, type=type, reason=reason, message=message)
@@ -215,6 +238,7 @@ class Reconciler:
             pods=list(self.pods.get(uid, [])),
             revisions=list(self.revisions.get(uid, [])),
             jobs=list(self.jobs.get(self.key, [])),
+            rules=list(self.rules.get(self.namespace, [])),
         )
 
     def find(self, kind: Kind, name: str) -> Mapping[str, Any] | None:
@@ -227,6 +251,8 @@ class Reconciler:
             store = self.pods.get(uid, [])
         elif kind == Kind.REVISION:
             store = self.revisions.get(uid, [])
+        elif kind == Kind.RULE:
+            store = self.rules.get(self.namespace, [])
         else:
             store = self.jobs.get(self.key, [])
         for obj in store:
@@ -253,8 +279,18 @@ class Reconciler:
                 self.post("Warning", "InvalidSpec", message)
             return None
         self._invalid = None
+        if decision.rule_conflict != self._conflict:
+            self._conflict = decision.rule_conflict
+            if decision.rule_conflict is not None:
+                log.warning("collaset %s: %s", self.key, decision.rule_conflict)
+                self.post("Warning", "RuleConflict", decision.rule_conflict)
         plan = decision.plan
-        if decision.revision_actions or (plan is not None and plan.actions) or decision.status is not None:
+        if (
+            decision.revision_actions
+            or decision.rule_actions
+            or (plan is not None and plan.actions)
+            or decision.status is not None
+        ):
             log.info("collaset %s: %s", self.key, _summarize(decision))
         result = await self.applier.apply(decision, collaset=observed.collaset, revisions=observed.revisions)
         if result.errors:
@@ -277,6 +313,8 @@ def _summarize(decision: Any) -> str:
         parts.append(
             "revisions: " + ", ".join(type(a).__name__ + " " + a.name for a in decision.revision_actions)
         )
+    if decision.rule_actions:
+        parts.append("rules: " + ", ".join(type(a).__name__ + " " + a.name for a in decision.rule_actions))
     plan = decision.plan
     if plan is not None and plan.actions:
         counts: dict[str, int] = {}

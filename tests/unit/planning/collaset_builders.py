@@ -7,7 +7,7 @@ from typing import Any
 
 from lifecycle import labels as lc
 from rollouts.api.collasets import REVISION_LABEL, CollaSetSpec
-from rollouts.planning.updating import SCALE_IN_ID, UPDATE_ID, CollaSetSnapshot, PodView
+from rollouts.planning.updating import SCALE_IN_ID, UPDATE_ID, CollaSetSnapshot, PodView, Rejection
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 OLD = "web-old"
@@ -106,6 +106,7 @@ def snapshot(
     updated: str = NEW,
     templates: dict[str, dict[str, Any]] | None = None,
     now: datetime = NOW,
+    rejections: dict[str, list[Rejection]] | None = None,
 ) -> CollaSetSnapshot:
     return CollaSetSnapshot(
         name="web",
@@ -118,4 +119,5 @@ def snapshot(
         else {OLD: template("nginx:1.0"), NEW: template("nginx:2.0")},
         pods=pods,
         now=now,
+        rejections=rejections or {},
     )

@@ -251,11 +251,25 @@ POLICY = "spec.updateStrategy.podUpdatePolicy"
         ),
         pytest.param("spec.replicaCount", 3, "spec.replicaCount: unknown field", id="unknown-field"),
         pytest.param("metadata.name", "w" * 53, "metadata.name: 53 characters is too long", id="long-name"),
+        pytest.param(
+            "metadata.name",
+            "w" * 48,
+            "metadata.name: 48 characters is too long with spec.updateStrategy.rollingUpdate.maxUnavailable; "
+            "at most 47 so the default PodTransitionRule <name>-max-unavailable fits a pod annotation key",
+            id="name-too-long-for-the-default-rule",
+        ),
     ],
 )
 def test_admission_rule(path: str, value: Any, message: str) -> None:
     messages = validate_collaset(with_change(path, value))
     assert any(m.startswith(message) for m in messages), messages
+
+
+def test_long_name_is_fine_without_max_unavailable() -> None:
+    obj = with_change("metadata.name", "w" * 52)
+    del obj["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"]
+    assert validate_collaset(obj) == []
+    assert validate_collaset(with_change("metadata.name", "w" * 47)) == []
 
 
 def test_all_problems_reported_at_once() -> None:

@@ -192,6 +192,25 @@ def test_pod_to_delete_goes_to_pod_deletion_when_not_scaling_in() -> None:
     assert of(plan, MarkPodToDelete)[0].change == LabelChange(set_labels={lc.TO_DELETE: nanos(NOW)})
 
 
+@pytest.mark.parametrize(
+    ("pods", "to_delete", "kept"),
+    [
+        pytest.param([pod("a", OLD)], [], None, id="empty-list-untouched"),
+        pytest.param([pod("a", OLD), pod("b", OLD)], ["a", "b"], None, id="all-still-there"),
+        pytest.param([pod("a", OLD)], ["a", "gone"], ("a",), id="deleted-name-dropped"),
+        pytest.param([pod("a", OLD)], ["gone", "a", "gone-too"], ("a",), id="order-kept"),
+        pytest.param([pod("a", OLD)], ["never-a-pod"], (), id="unknown-name-dropped"),
+        pytest.param([pod("a", OLD, terminating=True)], ["a"], None, id="terminating-pod-keeps-its-entry"),
+    ],
+)
+def test_pod_to_delete_drops_names_of_pods_that_are_gone(
+    pods: list[Any], to_delete: list[str], kept: tuple[str, ...] | None
+) -> None:
+    collaset = spec(len(pods), scaleStrategy={"podToDelete": to_delete})
+    plan = plan_collaset(snapshot(collaset, pods, current=OLD, updated=OLD))
+    assert plan.pod_to_delete == kept
+
+
 def test_terminating_pods_are_replaced() -> None:
     pods = [pod("a", NEW), pod("b", NEW, terminating=True)]
     plan = plan_collaset(snapshot(spec(2), pods, current=NEW))
