@@ -12,6 +12,10 @@ Two ways to be reached by the API server:
   at start for ``127.0.0.1``; the webhook configurations use its URL;
 * in-cluster (``--in-cluster``): it listens on all interfaces with the certificate mounted
   at ``/etc/rollouts/tls`` and the webhook configurations point at the operator's Service.
+
+The install manifests (:mod:`rollouts.manifests`) carry the CRDs and the webhook
+configurations and run two replicas with ``--skip-crds --skip-webhook-configs --peering``
+(:mod:`rollouts.operator.peering`).
 """
 
 from __future__ import annotations
@@ -63,6 +67,15 @@ class OperatorConfig:
     controllers: frozenset[str] | None = None
     #: Turn a plain DELETE of a controlled pod into a ``delete`` operation (off by default).
     grace_delete: bool = False
+    #: Apply the CRDs at start; off when the install manifests carry them (no write access to CRDs).
+    install_crds: bool = True
+    #: Create and patch the webhook configurations; off when the install manifests carry them.
+    manage_webhooks: bool = True
+    #: Run as one of several replicas under this kopf peering name (:mod:`rollouts.operator.peering`).
+    peering: str | None = None
+    #: Port of /healthz, /readyz and /metrics (:mod:`rollouts.operator.health`); 0: no server.
+    #: ``rollouts run`` defaults to 8080; tests pick a free port or leave it off.
+    health_port: int = 0
 
 
 class ServiceWebhookServer(kopf.WebhookServer):
@@ -129,7 +142,7 @@ def build_settings(cfg: OperatorConfig, certs: CertificateFiles) -> kopf.Operato
     settings.posting.level = logging.WARNING
     settings.watching.reconnect_backoff = 0.5
     settings.networking.request_timeout = 30
-    settings.admission.managed = WEBHOOK_CONFIGURATION_NAME
+    settings.admission.managed = WEBHOOK_CONFIGURATION_NAME if cfg.manage_webhooks else None
     common: dict[str, Any] = {
         "port": cfg.webhook_port,
         "certfile": str(certs.cert),
@@ -157,21 +170,50 @@ async def serve(
         os.environ["KUBECONFIG"] = str(cfg.kubeconfig)
     if not cfg.in_cluster:
         check_port_free(cfg.webhook_host, cfg.webhook_port)
-    async with kube.api_session(cfg.kubeconfig, in_cluster=cfg.in_cluster) as api:
-        await kube.apply_crds(api, crdgen.crd_objects())
+    if cfg.install_crds:
+        async with kube.api_session(cfg.kubeconfig, in_cluster=cfg.in_cluster) as api:
+            await kube.apply_crds(api, crdgen.crd_objects())
     certs = _certificates(cfg)
     from rollouts.operator.handlers import build_registry
 
     namespaces = [cfg.namespace] if cfg.namespace else []
-    await kopf.operator(
-        registry=build_registry(cfg),
-        settings=build_settings(cfg, certs),
-        standalone=True,
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        stop_flag=stop_flag,
-        ready_flag=ready_flag,
+    registry, settings = build_registry(cfg), build_settings(cfg, certs)
+    peering_args: dict[str, Any] = {"standalone": True}
+    if cfg.peering:
+        from rollouts.operator import peering
+
+        peering_args = peering.enable(
+            registry,
+            settings,
+            name=cfg.peering,
+            namespace=cfg.namespace,
+            kubeconfig=cfg.kubeconfig,
+            in_cluster=cfg.in_cluster,
+        )
+    from rollouts.operator import health
+
+    ready = ready_flag if ready_flag is not None else asyncio.Event()
+    readiness = health.Readiness(
+        kopf_ready=ready,
+        resources=health.indexed_resources(registry),
+        webhook=("127.0.0.1" if cfg.in_cluster else cfg.webhook_host, cfg.webhook_port),
     )
+    if cfg.peering:
+        from rollouts.operator import peering
+
+        # A standby (paused by kopf) lists nothing yet serves webhooks: ready without indexes.
+        readiness = peering.standby_readiness(readiness, settings)
+    host = "0.0.0.0" if cfg.in_cluster else "127.0.0.1"
+    async with health.serving(host=host, port=cfg.health_port, readiness=readiness):
+        await kopf.operator(
+            registry=registry,
+            settings=settings,
+            **peering_args,
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            stop_flag=stop_flag,
+            ready_flag=ready,
+        )
 
 
 def run_operator(
@@ -181,15 +223,26 @@ def run_operator(
     webhook_host: str,
     webhook_port: int,
     in_cluster: bool,
+    install_crds: bool = True,
+    manage_webhooks: bool = True,
+    peering: str | None = None,
+    health_port: int = 0,
+    log_format: str = "text",
 ) -> None:
     """The blocking entry point of ``rollouts run``: SIGTERM and SIGINT stop it cleanly."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from rollouts.operator import logs
+
+    logs.configure(log_format)
     cfg = OperatorConfig(
         kubeconfig=kubeconfig,
         namespace=namespace,
         webhook_host=webhook_host,
         webhook_port=webhook_port,
         in_cluster=in_cluster,
+        install_crds=install_crds,
+        manage_webhooks=manage_webhooks,
+        peering=peering,
+        health_port=health_port,
     )
 
     async def main() -> None:
@@ -258,7 +311,7 @@ class OperatorThread:
             raise StartupError(f"operator not ready within {timeout:.0f}s")
         if self._error is not None:
             raise StartupError(f"operator failed to start: {self._error!r}") from self._error
-        if not self.cfg.in_cluster:
+        if not self.cfg.in_cluster and self.cfg.manage_webhooks:
             # A thread of its own: the caller may be inside an event loop (asyncio.run cannot nest).
             with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
                 pool.submit(lambda: asyncio.run(wait_webhooks_registered(self.cfg, timeout=timeout))).result()

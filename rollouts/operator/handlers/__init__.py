@@ -66,7 +66,7 @@ def _optional_modules(only: frozenset[str] | None = None) -> list[Any]:
     """Controller modules, each with ``register(registry, cfg)``; imported lazily to keep start-up cheap."""
     import importlib
 
-    names = ["lifecycle", "transitionrules", "collasets"]
+    names = ["lifecycle", "transitionrules", "collasets", "observing"]
     modules = []
     for name in names:
         if only is not None and name not in only:

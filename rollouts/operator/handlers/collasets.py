@@ -37,6 +37,7 @@ import kopf
 from hooks.rendering import COLLASET_LABEL
 from lifecycle.labels import CONTROL, CONTROL_VALUE
 from rollouts.api.collasets import GROUP, KIND, VERSION
+from rollouts.operator import metrics
 from rollouts.operator.collasets_applying import Applier
 from rollouts.operator.collasets_deciding import InvalidCollaSet, Observed, decide
 from rollouts.operator.collasets_expecting import Expectations, Kind
@@ -104,6 +105,8 @@ class Wakeups:
 
 def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
     wakeups = Wakeups()
+    # rollouts_reconcile_queue_depth: loops woken whose step has not started (the wake is cleared then)
+    metrics.QUEUES.set("collaset", lambda: {"": sum(e.is_set() for e in list(wakeups.events.values()))})
 
     @kopf.index("pods", id="collaset_pods", labels={CONTROL: CONTROL_VALUE}, when=_owned, registry=registry)
     def collaset_pods(body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
@@ -171,7 +174,8 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
         try:
             while not stopped:
                 wake.clear()
-                delay = await loop.step()
+                with metrics.reconciling("collaset"):
+                    delay = await loop.step()
                 if stopped:
                     break
                 await _sleep(wake, stopped, delay)

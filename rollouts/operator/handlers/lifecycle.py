@@ -14,6 +14,13 @@ Both apply the same pure state machine (:func:`lifecycle.advancing.settle`) to a
 Rule verdicts come from the PodTransitionRule statuses in the ``transition_rules`` index
 (:func:`lifecycle.rules.evaluating.gate_from_status`); with no rule a stage passes.
 
+History and metrics: every write either path makes also carries the pod's operation history
+(:mod:`lifecycle.history`, annotation ``rollouts.kusionstack.io/lifecycle-history``) when it
+changed, so recording it costs no write; the watch of control pods feeds the lifecycle
+metrics (:class:`rollouts.operator.metrics.LifecycleObserver`). Each write the controller
+decides is one log line naming the pod, the operation ids and the reasons; an unchanged pod
+logs nothing.
+
 Deletion through the lifecycle: a ``podopslifecycle.kusionstack.io/to-delete`` label makes
 the controller begin a ``delete`` operation and delete the pod once it may operate.
 With ``OperatorConfig.grace_delete`` the validating webhook turns a plain DELETE of a
@@ -33,20 +40,24 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from lifecycle.advancing import LifecyclePatch, PodFacts, settle
+from lifecycle.history import HISTORY_ANNOTATION, updated_annotation
 from lifecycle.labels import (
     CONTROL,
     CONTROL_VALUE,
+    OPERATION_PERMISSION,
     SERVICE_READY,
     TO_DELETE,
 )
 from lifecycle.operations import POD_DELETE_ADAPTER, allow_ops, begin, is_during_ops
 from lifecycle.rules.evaluating import PodGate, gate_from_status
-from lifecycle.rules.models import PodTransitionRule
+from lifecycle.rules.models import DETAIL_ANNOTATION_PREFIX, PodTransitionRule
 from lifecycle.rules.subjects import PodView
-from lifecycle.states import InvalidLifecycleLabel, parse_state
+from lifecycle.states import InvalidLifecycleLabel, parse_state, split_lifecycle_key
 from lifecycle.validating import validate
 from rollouts import kube
+from rollouts.operator import metrics
 from rollouts.operator.handlers.indexes import GROUP, VERSION
+from rollouts.operator.logs import decision
 
 if TYPE_CHECKING:
     from rollouts.operator.running import OperatorConfig
@@ -103,6 +114,52 @@ def gate_for(pod: Mapping[str, Any], rules: Iterable[PodTransitionRule]) -> PodG
     return gate_from_status(pod=view, rules=rules)
 
 
+def rejections_of(pod: Mapping[str, Any], rules: Iterable[PodTransitionRule]) -> dict[str, str]:
+    """PTR name -> the rules and reasons it rejects the pod with, for the PTRs whose detail
+    annotation on the pod says rejected (the annotation itself names no rule)."""
+    meta = pod.get("metadata") or {}
+    prefix = f"{DETAIL_ANNOTATION_PREFIX}/"
+    rejecting = {
+        key.removeprefix(prefix)
+        for key, value in (meta.get("annotations") or {}).items()
+        if key.startswith(prefix) and '"passed":false' in str(value).replace(" ", "")
+    }
+    found: dict[str, str] = {}
+    for rule in rules:
+        if rule.name not in rejecting or rule.status is None:
+            continue
+        for detail in rule.status.details:
+            if detail.name == meta.get("name") and not detail.passed and detail.reject_info:
+                found[rule.name] = "; ".join(f"rule {i.rule_name}: {i.reason}" for i in detail.reject_info)
+    return found
+
+
+def history_after(
+    pod: Mapping[str, Any], change: LifecyclePatch, rules: Iterable[PodTransitionRule], *, now_ns: int
+) -> str | None:
+    """The history annotation to write with ``change``, None when it stays as it is."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return updated_annotation(
+        annotations=meta.get("annotations") or {},
+        before=labels,
+        after=change.labels.apply(labels),
+        finalizers=meta.get("finalizers") or [],
+        rejections=rejections_of(pod, rules),
+        now_ns=now_ns,
+    )
+
+
+def operations_in(change: LifecyclePatch) -> list[str]:
+    """The operation ids whose labels a change touches (for log lines)."""
+    ids = set()
+    for key in (*change.set_labels, *change.remove_labels):
+        split = split_lifecycle_key(key)
+        if split is not None and split[0] != OPERATION_PERMISSION:
+            ids.add(split[1])
+    return sorted(ids)
+
+
 def facts_of(
     pod: Mapping[str, Any],
     *,
@@ -133,11 +190,17 @@ async def write_patch(
     change: LifecyclePatch,
     *,
     now_ns: int,
+    history: str | None = None,
 ) -> bool:
-    """Write labels (guarded by resourceVersion) then the condition; False when the pod moved on."""
+    """Write labels (guarded by resourceVersion) then the condition; False when the pod moved on.
+
+    ``history`` (the new history annotation) rides on the label patch, never alone.
+    """
     meta = pod["metadata"]
     core = client.CoreV1Api(api)
     labels = change.to_merge_patch(resource_version=meta["resourceVersion"])
+    if labels and history is not None:
+        labels["metadata"]["annotations"] = {HISTORY_ANNOTATION: history}
     try:
         if labels:
             await core.patch_namespaced_pod(  # type: ignore[call-arg]
@@ -176,19 +239,25 @@ async def reconcile_pod(
     try:
         gate = gate_for(pod, rules)
         change = settle(facts_of(pod, gate=gate), now_ns=now_ns)
+        history = history_after(pod, change, rules, now_ns=now_ns) if change.to_merge_patch() else None
     except InvalidLifecycleLabel as e:
         log.warning(
             "pod %s/%s: %s; lifecycle held until the label is fixed", meta["namespace"], meta["name"], e
         )
         return
     if not change.is_empty:
+        reason = "; ".join(change.reasons) or json.dumps(change.to_merge_patch())
         log.info(
             "pod %s/%s: %s",
             meta["namespace"],
             meta["name"],
-            "; ".join(change.reasons) or json.dumps(change.to_merge_patch()),
+            reason,
+            extra={
+                **decision("pod", meta["namespace"], meta["name"], operations=operations_in(change)),
+                "reason": reason,
+            },
         )
-        if not await write_patch(api, pod, change, now_ns=now_ns):
+        if not await write_patch(api, pod, change, now_ns=now_ns, history=history):
             return
         if change.to_merge_patch():
             return  # the label write produces a new event; act on the new version then
@@ -204,12 +273,33 @@ async def _delete_through_lifecycle(api: client.ApiClient, pod: Mapping[str, Any
     try:
         if not is_during_ops(POD_DELETE_ADAPTER, labels):
             started = begin(POD_DELETE_ADAPTER, labels, now_ns=now_ns)
+            log.info(
+                "pod %s/%s: %s begins: labelled %s",
+                meta["namespace"],
+                meta["name"],
+                POD_DELETE_ADAPTER.id,
+                TO_DELETE,
+                extra={
+                    **decision("pod", meta["namespace"], meta["name"], operations=[POD_DELETE_ADAPTER.id]),
+                    "reason": f"labelled {TO_DELETE}",
+                },
+            )
             body = started.to_merge_patch(resource_version=meta["resourceVersion"])
             await core.patch_namespaced_pod(  # type: ignore[call-arg]
                 meta["name"], meta["namespace"], body, _content_type="application/merge-patch+json"
             )
             return
         if allow_ops(POD_DELETE_ADAPTER, labels, now_ns=now_ns).allowed:
+            log.info(
+                "pod %s/%s: deleting, %s may operate",
+                meta["namespace"],
+                meta["name"],
+                POD_DELETE_ADAPTER.id,
+                extra={
+                    **decision("pod", meta["namespace"], meta["name"], operations=[POD_DELETE_ADAPTER.id]),
+                    "reason": "the delete operation may operate",
+                },
+            )
             await core.delete_namespaced_pod(
                 meta["name"],
                 meta["namespace"],
@@ -225,15 +315,27 @@ async def _delete_through_lifecycle(api: client.ApiClient, pod: Mapping[str, Any
 def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
     if cfg.pod_webhooks:
         _register_webhooks(registry, cfg)
+    observer = metrics.LifecycleObserver()
+
+    @kopf.on.startup(registry=registry)
+    async def start_lifecycle_metrics(**_: Any) -> None:
+        metrics.POD_PHASES.set("lifecycle", observer.phases)
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_lifecycle_metrics(**_: Any) -> None:
+        metrics.POD_PHASES.clear("lifecycle")
 
     @kopf.on.event("pods", labels=CONTROLLED, registry=registry)
     async def pod_changed(
-        type: str, body: kopf.Body, namespace: str | None, memo: Any, **kwargs: Any
+        type: str | None, body: kopf.Body, namespace: str | None, memo: Any, **kwargs: Any
     ) -> None:
+        pod = dict(body)
+        observer.observe(kind=type, pod=pod)
         if type == "DELETED":
             return
         rules = rules_in(namespace or "", kwargs.get("transition_rules"))
-        await reconcile_pod(memo["api"], dict(body), rules)
+        with metrics.reconciling("lifecycle"):
+            await reconcile_pod(memo["api"], pod, rules)
 
     @kopf.on.event(GROUP, VERSION, "podtransitionrules", registry=registry)
     async def rule_changed(
@@ -250,7 +352,8 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
         rules = [r for r in rules if r.name != event_rule.name] + [event_rule]
         for pod in list(kwargs["control_pods"].get(ns, [])):
             if pod["metadata"]["name"] in details:
-                await reconcile_pod(memo["api"], pod, rules)
+                with metrics.reconciling("lifecycle"):
+                    await reconcile_pod(memo["api"], pod, rules)
 
 
 def _register_webhooks(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
@@ -288,13 +391,15 @@ def _register_webhooks(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> 
         meta = body.get("metadata") or {}
         old_meta = dict(old).get("metadata") or {} if old is not None else {}
         labels, annotations = dict(meta.get("labels") or {}), dict(meta.get("annotations") or {})
+        old_annotations = dict(old_meta.get("annotations") or {})
         if (
             old is not None
             and labels == old_meta.get("labels")
-            and annotations == old_meta.get("annotations")
+            and _without_history(annotations) == _without_history(old_annotations)
         ):
             # Only writes that change labels or annotations are judged, so a pod already holding
-            # a bad label never blocks e.g. a traffic controller removing its finalizer.
+            # a bad label never blocks e.g. a traffic controller removing its finalizer (the
+            # history our mutating webhook adds to that write does not count).
             return
         errors = validate(labels, annotations)
         if errors:
@@ -340,19 +445,28 @@ def mutate(body: kopf.Body, patch: kopf.Patch, namespace: str | None, kwargs: Ma
     # kopf passes old/operation and the indexes by name; its WebhookFn protocol omits them.
     pod = dict(body)
     old = kwargs.get("old")
+    rules = rules_in(namespace or "", kwargs.get("transition_rules"))
+    now_ns = _now_ns()
     try:
-        gate = gate_for(pod, rules_in(namespace or "", kwargs.get("transition_rules")))
+        gate = gate_for(pod, rules)
         facts = facts_of(
             pod, gate=gate, creating=kwargs.get("operation") == "CREATE", previous=dict(old) if old else None
         )
-        change = settle(facts, now_ns=_now_ns())
+        change = settle(facts, now_ns=now_ns)
+        history = history_after(pod, change, rules, now_ns=now_ns)
     except InvalidLifecycleLabel:
         return  # the validating webhook rejects it with a message
     labels = change.to_merge_patch().get("metadata", {}).get("labels", {})
     for key, value in labels.items():
         patch.setdefault("metadata", {}).setdefault("labels", {})[key] = value
+    if history is not None:
+        patch.setdefault("metadata", {}).setdefault("annotations", {})[HISTORY_ANNOTATION] = history
     if change.add_readiness_gate:
         patch.fns.append(_add_readiness_gate)
+
+
+def _without_history(annotations: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in annotations.items() if k != HISTORY_ANNOTATION}
 
 
 def _add_readiness_gate(raw: Any) -> None:

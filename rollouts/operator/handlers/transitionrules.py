@@ -54,6 +54,9 @@ pods is asked again on the next reconcile, which a relevant change to a selected
 forward from the 5 s retry.
 
 :data:`COUNTS` counts this controller's API writes and reconciles, for ``bench/ptr_precheck.py``.
+Prometheus (:mod:`rollouts.operator.metrics`): each rule's verdicts per evaluation by rule kind,
+the webhook calls' latency and failures (a trace config on the controller's HTTP session), the
+reconcile latency and the number of workers woken but not yet reconciling (the queue depth).
 """
 
 from __future__ import annotations
@@ -96,7 +99,9 @@ from lifecycle.rules.subjects import PodView
 from lifecycle.schema import LabelSelector
 from lifecycle.states import InvalidLifecycleLabel, parse_state
 from rollouts import kube
+from rollouts.operator import metrics
 from rollouts.operator.handlers.indexes import GROUP, VERSION
+from rollouts.operator.logs import decision
 
 if TYPE_CHECKING:
     from rollouts.operator.running import OperatorConfig
@@ -572,7 +577,8 @@ class Worker:
             await asyncio.sleep(COALESCE_SECONDS)
             self.wake.clear()
             try:
-                outcome = await self.controller.reconcile(self)
+                with metrics.reconciling("podtransitionrule"):
+                    outcome = await self.controller.reconcile(self)
             except kube.Conflict as conflict:
                 COUNTS.conflicts += 1
                 log.info("podtransitionrule %s/%s: %s; observing again", *self.key, conflict.reason)
@@ -625,7 +631,7 @@ class TransitionRuleController:
         if self.writer is None:
             self.writer = RuleWriter(memo["api"])
         if self.session is None:
-            self.session = aiohttp.ClientSession()
+            self.session = aiohttp.ClientSession(trace_configs=[metrics.webhook_trace_config()])
 
     async def close(self) -> None:
         workers = list(self.workers.values())
@@ -640,6 +646,10 @@ class TransitionRuleController:
         if self.session is not None:
             await self.session.close()
             self.session = None
+
+    def queued(self) -> dict[str, float]:
+        """Workers woken whose reconcile has not started yet (``rollouts_reconcile_queue_depth``)."""
+        return {"": sum(worker.wake.is_set() for worker in list(self.workers.values()))}
 
     def worker(self, key: Key) -> tuple[Worker, bool]:
         existing = self.workers.get(key)
@@ -781,11 +791,18 @@ class TransitionRuleController:
                 for stage in Stage
             )
         )
+        metrics.count_verdicts(rule_obj, stages)
         decided = plan(
             snapshot=snapshot, stages=stages, now=now, announced=worker.announced, warned=worker.warned
         )
         if decided.status is not None or decided.annotations or decided.events:
-            log.info("podtransitionrule %s/%s: %s", namespace, name, decided.describe())
+            log.info(
+                "podtransitionrule %s/%s: %s",
+                namespace,
+                name,
+                decided.describe(),
+                extra={**decision("podtransitionrule", namespace, name), "reason": decided.describe()},
+            )
         await self._apply(worker, snapshot, decided)
         return decided.retry_after
 
@@ -882,8 +899,13 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
     """The PTR controller of one operator run; its state lives as long as the registry."""
     controller = TransitionRuleController()
 
+    @kopf.on.startup(registry=registry)
+    async def start_transition_rule_metrics(**_: Any) -> None:
+        metrics.QUEUES.set("podtransitionrule", controller.queued)
+
     @kopf.on.cleanup(registry=registry)
     async def stop_transition_rule_workers(**_: Any) -> None:
+        metrics.QUEUES.clear("podtransitionrule")
         await controller.close()
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
