@@ -28,15 +28,24 @@ pytestmark = pytest.mark.integration
 
 CLUSTER_NAME = os.environ.get("ROLLOUTS_TEST_CLUSTER", "rollouts-test")
 
+#: The cluster and operator of the session, shared by every conftest re-exporting these fixtures
+#: (tests/examples does): pytest sets a session fixture up once per conftest defining it, and a
+#: second operator on the same cluster would act on every object next to the first.
+_SESSION: dict[str, Any] = {}
+
 
 @pytest.fixture(scope="session")
 def kubeconfig() -> Iterator[Path]:
+    if "kubeconfig" in _SESSION:
+        yield _SESSION["kubeconfig"]
+        return
     existing = os.environ.get("ROLLOUTS_TEST_KUBECONFIG")
     if existing:
         yield Path(existing)
         return
-    path = cluster_up(name=CLUSTER_NAME, nodes=3)
+    path = _SESSION["kubeconfig"] = cluster_up(name=CLUSTER_NAME, nodes=3)
     yield path
+    del _SESSION["kubeconfig"]
     if os.environ.get("ROLLOUTS_KEEP_CLUSTER") != "1":
         cluster_down(name=CLUSTER_NAME)
 
@@ -72,9 +81,13 @@ class Operator:
 
 @pytest.fixture(scope="session")
 def operator(kubeconfig: Path) -> Iterator[Operator]:
-    op = Operator(OperatorConfig(kubeconfig=str(kubeconfig), webhook_port=free_port()))
+    if "operator" in _SESSION:
+        yield _SESSION["operator"]
+        return
+    op = _SESSION["operator"] = Operator(OperatorConfig(kubeconfig=str(kubeconfig), webhook_port=free_port()))
     op.start()
     yield op
+    del _SESSION["operator"]
     op.stop()
 
 
