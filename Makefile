@@ -48,6 +48,13 @@ playground: binaries
 cluster-up: binaries
 	$(BIN)/rollouts cluster up
 
+# The benchmark suite (not part of `make test`): N = 100 and 1000 against the native
+# Deployment, table printed, JSON in bench/results/. BENCH_ARGS="--large" adds N = 5000.
+.PHONY: bench
+BENCH_ARGS ?=
+bench: binaries
+	$(BIN)/python -m bench.suite $(BENCH_ARGS)
+
 cluster-down: venv
 	$(BIN)/rollouts cluster down
 
