@@ -60,6 +60,8 @@ class Context:
     component_pids: dict[str, int]
     timeout_per_pod: float = 1.0
     deployment_max_surge: str = "0"
+    #: Progress points of the collaset-hooks scenario's hooks (one zero-duration hook each).
+    hook_points: tuple[str, ...] = HOOK_POINTS
     profile_hook: Callable[[str, int, str | None], Awaitable[Any]] | None = None
     profile_stop: Callable[[], Awaitable[Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -213,7 +215,11 @@ def hook(point: str) -> dict[str, Any]:
     """A hook whose Job's pod completes at once on kwok."""
     return {
         "name": f"at-{point.rstrip('%')}",
-        "trigger": {"type": "ProgressAvailable", "progressAvailableParams": {"progressPoint": point}},
+        "trigger": {
+            "type": "ProgressAvailable",
+            # "50%" is a share of replicas, "3" a number of new available pods.
+            "progressAvailableParams": {"progressPoint": point if point.endswith("%") else int(point)},
+        },
         "failurePolicy": "Abort",
         "retainPolicy": "Always",
         "jobSpec": {
@@ -229,14 +235,14 @@ def hook(point: str) -> dict[str, Any]:
     }
 
 
-def collaset(replicas: int, *, hooks: bool) -> dict[str, Any]:
+def collaset(replicas: int, *, hooks: tuple[str, ...] = ()) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "replicas": replicas,
         "selector": {"matchLabels": {"app": APP}},
         "template": pod_template(OLD, control=True),
     }
     if hooks:
-        spec["lifecycleHooks"] = [hook(p) for p in HOOK_POINTS]
+        spec["lifecycleHooks"] = [hook(p) for p in hooks]
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "CollaSet", "metadata": {"name": APP}, "spec": spec}
 
 
@@ -385,7 +391,7 @@ async def collaset_update(ctx: Context, pods: int, budget: str, *, hooks: bool) 
             )
             await retry_webhook(
                 lambda: custom.create_namespaced_custom_object(
-                    GROUP, VERSION, ns, "collasets", collaset(pods, hooks=hooks)
+                    GROUP, VERSION, ns, "collasets", collaset(pods, hooks=ctx.hook_points if hooks else ())
                 )
             )
             await watch.wait_goal(pods, timeout=ctx.timeout(pods), what="CollaSet pods available")
@@ -421,7 +427,7 @@ async def collaset_update(ctx: Context, pods: int, budget: str, *, hooks: bool) 
                     {h["name"]: h["phase"] for h in status.get("hooks") or [] if h.get("revision") == updated}
                 )
                 hooks_done = not hooks or (
-                    len(hook_phases) == len(HOOK_POINTS) and set(hook_phases.values()) == {"Succeeded"}
+                    len(hook_phases) == len(ctx.hook_points) and set(hook_phases.values()) == {"Succeeded"}
                 )
                 return bool(
                     status.get("observedGeneration") == obj["metadata"]["generation"]

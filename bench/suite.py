@@ -83,6 +83,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="scenario to profile, at the largest N and the first budget (default collaset-update)",
     )
     parser.add_argument("--timeout-per-pod", type=float, default=1.0, help="rollout deadline per pod (s)")
+    parser.add_argument(
+        "--hook-points",
+        nargs="+",
+        default=list(scenarios.HOOK_POINTS),
+        help="progress points of collaset-hooks (default 25%% 50%% 75%% 100%%)",
+    )
     args = parser.parse_args(argv)
     if args.large and 5000 not in args.sizes:
         args.sizes.append(5000)
@@ -188,6 +194,7 @@ async def run_suite(args: argparse.Namespace, kubeconfig: Path, document: dict[s
                 component_pids=component_pids(args.cluster),
                 timeout_per_pod=args.timeout_per_pod,
                 deployment_max_surge=args.deployment_max_surge,
+                hook_points=tuple(args.hook_points),
                 profile_hook=profile_hook,
                 profile_stop=profile_stop,
             )
@@ -291,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             "sizes": args.sizes,
             "budgets": args.budgets,
             "scenarios": args.scenarios,
+            "hook_points": args.hook_points,
             "deployment_max_surge": args.deployment_max_surge,
             "api_server": "no inflight limits, no priority and fairness; kcm/scheduler without QPS limits",
         },
