@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client.rest import RESTResponse
 
 FIELD_MANAGER = "rollouts"
 
@@ -52,6 +53,23 @@ def map_error(e: ApiException) -> ApiError:
     status = int(e.status or 0)
     kind = {404: NotFound, 409: Conflict, 422: Invalid}.get(status, ApiError)
     return kind(status, reason)
+
+
+async def send(call: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> None:
+    """Make a write whose answer is not needed, without reading it into models.
+
+    The generated client deserialises every answer into ``V1Pod`` & co., which costs more
+    CPU than the request itself when nobody reads it (the watch brings the new version
+    anyway). With ``_preload_content=False`` it returns the raw response and raises nothing,
+    so the status is checked here: a non-2xx answer is read and raised as the
+    :class:`ApiException` the call would have raised.
+    """
+    response = await call(*args, _preload_content=False, **kwargs)
+    try:
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=RESTResponse(response, await response.read()))  # type: ignore[arg-type]
+    finally:
+        response.release()
 
 
 async def new_api_client(kubeconfig: str | None = None, *, in_cluster: bool = False) -> client.ApiClient:

@@ -248,10 +248,20 @@ def _calls(path: Path) -> Iterator[tuple[str, ast.Call]]:
         for child in ast.iter_child_nodes(node):
             name = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else function
             if isinstance(child, ast.Call):
-                yield function, child
+                yield function, _unwrapped(child)
             yield from walk(child, name)
 
     yield from walk(tree, "")
+
+
+def _unwrapped(call: ast.Call) -> ast.Call:
+    """``kube.send(api.method, *args, **kw)`` read as the API call ``api.method(*args, **kw)``."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr == "send" and call.args:
+        if isinstance(func.value, ast.Name) and func.value.id == "kube":
+            method = call.args[0]
+            return ast.Call(func=method, args=call.args[1:], keywords=call.keywords)
+    return call
 
 
 def _constant(node: ast.expr, module: Any) -> str:

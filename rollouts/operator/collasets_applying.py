@@ -16,7 +16,8 @@ Order matters and follows the decision (:mod:`rollouts.operator.collasets_decidi
    (begin / finish / undo / to-delete) and in-place strategic-merge patches carry the
    pod's resourceVersion, deletions carry uid and resourceVersion preconditions, so a
    stale decision fails (409) instead of overwriting;
-5. Events on the CollaSet for every step done, hook Events as the hook planner worded them.
+5. Events on the CollaSet for every step done, one per kind of step naming its pods
+   (:func:`group_events`), hook Events as the hook planner worded them.
 
 Every write records an expectation (:mod:`rollouts.operator.collasets_expecting`); a 409
 or 404 records one as well (the watch will show the newer state) and is otherwise
@@ -83,7 +84,7 @@ class PodWrite:
     delete: DeletePod | None = None
     patch: dict[str, Any] = field(default_factory=dict)
     content_type: str = MERGE_PATCH
-    #: (reason, message) Events to post once the write succeeded.
+    #: (reason, what happened) to report once the write succeeded (:func:`group_events`).
     events: tuple[tuple[str, str], ...] = ()
 
 
@@ -92,6 +93,8 @@ class ApplyResult:
     errors: list[str] = field(default_factory=list)
     #: The status write hit a newer CollaSet: nothing after it was applied.
     stale: bool = False
+    #: (reason, what happened, pod) of the pod writes that succeeded, posted grouped.
+    pod_events: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def pod_writes(plan: Plan, *, updated_revision: str) -> list[PodWrite]:
@@ -143,28 +146,53 @@ def _copy_patch(patch: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _describe(action: Any, updated_revision: str) -> tuple[str, str]:
+    """(reason, what happened) of one pod action, worded without the pod (see :func:`group_events`)."""
     if isinstance(action, BeginOperation):
         if action.op_id == SCALE_IN_ID:
-            return "BeginScaleIn", f"pod {action.pod}: scale-in begins (PodOpsLifecycle)"
-        return (
-            "BeginUpdate",
-            f"pod {action.pod}: update to revision {updated_revision} begins (PodOpsLifecycle)",
-        )
+            return "BeginScaleIn", "scale-in begins (PodOpsLifecycle)"
+        return "BeginUpdate", f"update to revision {updated_revision} begins (PodOpsLifecycle)"
     if isinstance(action, UpdatePodInPlace):
-        return "PodUpdatedInPlace", f"pod {action.pod}: updated in place to revision {action.revision}"
+        return "PodUpdatedInPlace", f"updated in place to revision {action.revision}"
     if isinstance(action, FinishOperation):
-        return "UpdateFinished", f"pod {action.pod}: update finished"
+        return "UpdateFinished", "update finished"
     if isinstance(action, UndoOperation):
         what = "scale-in" if action.op_id == SCALE_IN_ID else "update"
         reason = "ScaleInCanceled" if action.op_id == SCALE_IN_ID else "UpdatePodCanceled"
-        return reason, f"pod {action.pod}: {what} no longer needed, undone"
+        return reason, f"{what} no longer needed, undone"
     if isinstance(action, MarkPodToDelete):
-        return "PodToDelete", f"pod {action.pod} (scaleStrategy.podToDelete) handed to PodDeletion"
+        return "PodToDelete", "named in scaleStrategy.podToDelete, handed to PodDeletion"
     if isinstance(action, DeletePod):
         if action.why == DeleteReason.SCALE_IN:
-            return "ScaledIn", f"deleted pod {action.pod} (scale in)"
-        return "PodRecreating", f"deleted pod {action.pod} to recreate it on revision {updated_revision}"
-    return "PodChanged", f"pod {getattr(action, 'pod', '?')}"
+            return "ScaledIn", "deleted (scale in)"
+        return "PodRecreating", f"deleted to recreate it on revision {updated_revision}"
+    return "PodChanged", "changed"
+
+
+#: Pod names quoted in one grouped Event before "and N more" (Event messages are cut at 1 KiB).
+EVENT_NAMES_LIMIT: Final = 20
+
+
+def group_events(done: Sequence[tuple[str, str, str]]) -> list[tuple[str, str]]:
+    """One Event per (reason, what) over the pods of one apply, in first-seen order (pure).
+
+    ``done`` holds (reason, what, pod). A rollout step touches up to a budget of pods at
+    once, and one Event each would be most of the operator's requests. The message names
+    the pods first: ``pod web-1: update finished`` or ``pods web-1, web-2: update finished``
+    (``pods a, b, ... and 7 more (27): ...`` past :data:`EVENT_NAMES_LIMIT`).
+    """
+    groups: dict[tuple[str, str], list[str]] = {}
+    for reason, what, pod in done:
+        groups.setdefault((reason, what), []).append(pod)
+    messages = []
+    for (reason, what), pods in groups.items():
+        if len(pods) == 1:
+            messages.append((reason, f"pod {pods[0]}: {what}"))
+            continue
+        names = ", ".join(pods[:EVENT_NAMES_LIMIT])
+        if len(pods) > EVENT_NAMES_LIMIT:
+            names += f", ... and {len(pods) - EVENT_NAMES_LIMIT} more ({len(pods)})"
+        messages.append((reason, f"pods {names}: {what}"))
+    return messages
 
 
 class Applier:
@@ -233,6 +261,8 @@ class Applier:
                 for write in pod_writes(plan, updated_revision=decision.updated_revision)
             ]
             await asyncio.gather(*creates, *writes)
+            for reason, message in group_events(result.pod_events):
+                self.post("Normal", reason, message)
             if plan.pod_to_delete is not None:
                 await self._prune_pod_to_delete(collaset, plan.pod_to_delete, version, result)
         return result
@@ -492,7 +522,7 @@ class Applier:
                 return
         name = created.metadata.name
         self.expectations.expect_present(Kind.POD, name, now=self.clock())
-        self.post("Normal", "PodCreated", f"created pod {name} on revision {action.revision}")
+        result.pod_events.append(("PodCreated", f"created on revision {action.revision}", name))
 
     async def _write_pod(
         self, namespace: str, write: PodWrite, result: ApplyResult, limit: asyncio.Semaphore
@@ -507,7 +537,7 @@ class Applier:
                 ok = await self._call(
                     result,
                     f"delete pod {write.pod}",
-                    self.core.delete_namespaced_pod(write.pod, namespace, body=options),
+                    kube.send(self.core.delete_namespaced_pod, write.pod, namespace, body=options),
                 )
                 if ok:
                     self.expectations.expect_gone(Kind.POD, write.pod, uid=write.delete.uid, now=self.clock())
@@ -519,16 +549,19 @@ class Applier:
                 ok = await self._call(
                     result,
                     f"patch pod {write.pod}",
-                    self.core.patch_namespaced_pod(  # type: ignore[call-arg]
-                        write.pod, namespace, write.patch, _content_type=write.content_type
+                    kube.send(
+                        self.core.patch_namespaced_pod,
+                        write.pod,
+                        namespace,
+                        write.patch,
+                        _content_type=write.content_type,
                     ),
                 )
                 self.expectations.expect_changed(
                     Kind.POD, write.pod, resource_version=write.resource_version, now=self.clock()
                 )
         if ok:
-            for reason, message in write.events:
-                self.post("Normal", reason, message)
+            result.pod_events.extend((reason, what, write.pod) for reason, what in write.events)
 
     async def _call(
         self,

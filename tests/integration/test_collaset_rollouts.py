@@ -284,8 +284,12 @@ async def pods_named(web: Workload, expected: set[str]) -> bool:
 
 
 async def scaled_in_pods(web: Workload) -> set[str]:
-    """Pods named by the CollaSet's ScaledIn Events ("deleted pod <name> (scale in)")."""
-    return {(e.message or "").split()[2] for e in await web.events("ScaledIn")}
+    """Pods named by the CollaSet's ScaledIn Events ("pod a: ..." or "pods a, b: ...")."""
+    named: set[str] = set()
+    for event in await web.events("ScaledIn"):
+        head = (event.message or "").split(": ")[0]
+        named.update(head.split(" ", 1)[1].split(", "))
+    return named
 
 
 # -- byLabel ----------------------------------------------------------------------------------------

@@ -132,6 +132,17 @@ async def test_half_of_four_lets_exactly_two_available_pods_through_and_holds_th
     await eventually(lambda: COUNTS.reconciles > looked, what="the rule to look again after the label change")
     await settled(cluster, "half", passed={"pod-a", "pod-b"}, rejected={"pod-c", "pod-d"})
 
+    # Waiting for the budget is queueing: one summary on the rule, no Event per held pod.
+    async def summaries() -> list[tuple[str, str, str]]:
+        events = await cluster.events(kind="PodTransitionRule", name="half")
+        return [e for e in events if e[1] == "PodsRejected"]
+
+    events = await eventually(summaries, what="the rule's summary of the held pods")
+    assert len(events) == 1 and "by budget: [budget] blocked by max unavailable policy" in events[0][2]
+    for held in ("pod-c", "pod-d"):
+        on_pod = [e for e in await cluster.events(kind="Pod", name=held) if e[1].startswith("TransitionRule")]
+        assert on_pod == []
+
 
 async def test_unavailable_pods_pass_first_and_a_third_one_passes_as_soon_as_it_is_unavailable(
     cluster: Cluster,

@@ -46,11 +46,11 @@ def register(registry: kopf.OperatorRegistry) -> None:
         operations=WRITES,
         registry=registry,
     )
-    def validate_podtransitionrule(body: kopf.Body, **_: Any) -> None:
+    async def validate_podtransitionrule(body: kopf.Body, **_: Any) -> None:
         _reject(validate_rule_object(dict(body)))
 
     @kopf.on.mutate(GROUP, VERSION, "collasets", id="default-collaset", operations=WRITES, registry=registry)
-    def default_collaset_fields(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    async def default_collaset_fields(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         ops = default_collaset(dict(body))
         if ops:
             # kopf diffs the transformed body into the JSON patch it returns to the API server.
@@ -59,5 +59,5 @@ def register(registry: kopf.OperatorRegistry) -> None:
     @kopf.on.validate(
         GROUP, VERSION, "collasets", id="validate-collaset", operations=WRITES, registry=registry
     )
-    def validate_collaset_object(body: kopf.Body, **_: Any) -> None:
+    async def validate_collaset_object(body: kopf.Body, **_: Any) -> None:
         _reject(validate_collaset(dict(body)))

@@ -109,42 +109,42 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
     metrics.QUEUES.set("collaset", lambda: {"": sum(e.is_set() for e in list(wakeups.events.values()))})
 
     @kopf.index("pods", id="collaset_pods", labels={CONTROL: CONTROL_VALUE}, when=_owned, registry=registry)
-    def collaset_pods(body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+    async def collaset_pods(body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
         """Control pods by the uid of their controlling CollaSet."""
         return {str(owner_uid(body)): snapshot(body)}
 
     @kopf.index("apps", "v1", "controllerrevisions", id="collaset_revisions", when=_owned, registry=registry)
-    def collaset_revisions(body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+    async def collaset_revisions(body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
         """ControllerRevisions by the uid of their controlling CollaSet."""
         return {str(owner_uid(body)): snapshot(body)}
 
     @kopf.index(
         "batch", "v1", "jobs", id="collaset_jobs", labels={COLLASET_LABEL: kopf.PRESENT}, registry=registry
     )
-    def collaset_jobs(
+    async def collaset_jobs(
         namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
     ) -> dict[str, dict[str, Any]]:
         """Hook Jobs by ``namespace/collaset``."""
         return {f"{namespace or ''}/{labels[COLLASET_LABEL]}": snapshot(body)}
 
     @kopf.on.event("pods", labels={CONTROL: CONTROL_VALUE}, when=_owned, registry=registry)
-    def pod_event(body: kopf.Body, namespace: str | None, **_: Any) -> None:
+    async def pod_event(body: kopf.Body, namespace: str | None, **_: Any) -> None:
         wakeups.wake(namespace, owner_name(body))
 
     @kopf.on.event("apps", "v1", "controllerrevisions", when=_owned, registry=registry)
-    def revision_event(body: kopf.Body, namespace: str | None, **_: Any) -> None:
+    async def revision_event(body: kopf.Body, namespace: str | None, **_: Any) -> None:
         wakeups.wake(namespace, owner_name(body))
 
     @kopf.on.event("batch", "v1", "jobs", labels={COLLASET_LABEL: kopf.PRESENT}, registry=registry)
-    def job_event(labels: kopf.Labels, namespace: str | None, **_: Any) -> None:
+    async def job_event(labels: kopf.Labels, namespace: str | None, **_: Any) -> None:
         wakeups.wake(namespace, labels.get(COLLASET_LABEL))
 
     @kopf.on.event(GROUP, VERSION, "podtransitionrules", id="collaset_rule_event", registry=registry)
-    def rule_event(namespace: str | None, **_: Any) -> None:
+    async def rule_event(namespace: str | None, **_: Any) -> None:
         wakeups.wake_namespace(namespace)
 
     @kopf.on.event(GROUP, VERSION, "collasets", registry=registry)
-    def collaset_event(name: str | None, namespace: str | None, **_: Any) -> None:
+    async def collaset_event(name: str | None, namespace: str | None, **_: Any) -> None:
         wakeups.wake(namespace, name)
 
     # An unexpected error (not an API answer, e.g. the connection dropped) restarts the loop soon.

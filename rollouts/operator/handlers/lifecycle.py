@@ -7,8 +7,8 @@ Both apply the same pure state machine (:func:`lifecycle.advancing.settle`) to a
   Ignore) is the fast path: it adds the readiness gate on create and folds the next
   label steps into the write that triggered it;
 * the **controller** (every control-pod event, and every PodTransitionRule event for the
-  pods it lists) writes the same label steps itself, guarded by the pod's
-  resourceVersion, plus the ``service-ready`` condition through the status subresource.
+  pods it lists) writes the same label steps itself and the ``service-ready`` condition,
+  in one pods/status request guarded by the pod's resourceVersion (:func:`status_patch`).
   So the lifecycle still advances while the webhook is unavailable.
 
 Rule verdicts come from the PodTransitionRule statuses in the ``transition_rules`` index
@@ -184,6 +184,30 @@ def facts_of(
     )
 
 
+def status_patch(
+    pod: Mapping[str, Any], change: LifecyclePatch, *, now_ns: int, history: str | None = None
+) -> dict[str, Any] | None:
+    """The one pods/status write of a controller decision (pure); None when nothing changes.
+
+    The label steps, the history annotation (only with label steps, never alone) and the
+    ``service-ready`` condition when its status changes, guarded by the pod's resourceVersion.
+    A strategic merge patch, so the condition merges into ``status.conditions`` by type and a
+    ``None`` label removes it. pods/status keeps metadata changes (its update strategy resets
+    only spec, ownerReferences and deletionTimestamp), so labels and the condition they imply
+    cost one write instead of two; the mutating webhook on pods/status folds the next steps
+    into it as on any other write.
+    """
+    meta = pod.get("metadata") or {}
+    body = change.to_merge_patch(resource_version=str(meta.get("resourceVersion", "")))
+    if body and history is not None:
+        body["metadata"]["annotations"] = {HISTORY_ANNOTATION: history}
+    condition = change.service_ready_condition(now_ns=now_ns)
+    if condition is not None and _condition(pod, SERVICE_READY) != condition["status"]:
+        body.setdefault("metadata", {"resourceVersion": str(meta.get("resourceVersion", ""))})
+        body["status"] = {"conditions": [condition]}
+    return body or None
+
+
 async def write_patch(
     api: client.ApiClient,
     pod: Mapping[str, Any],
@@ -192,34 +216,19 @@ async def write_patch(
     now_ns: int,
     history: str | None = None,
 ) -> bool:
-    """Write labels (guarded by resourceVersion) then the condition; False when the pod moved on.
-
-    ``history`` (the new history annotation) rides on the label patch, never alone.
-    """
+    """Write :func:`status_patch` in one request; False when the pod moved on (409) or is gone."""
     meta = pod["metadata"]
-    core = client.CoreV1Api(api)
-    labels = change.to_merge_patch(resource_version=meta["resourceVersion"])
-    if labels and history is not None:
-        labels["metadata"]["annotations"] = {HISTORY_ANNOTATION: history}
+    body = status_patch(pod, change, now_ns=now_ns, history=history)
+    if body is None:
+        return True
     try:
-        if labels:
-            await core.patch_namespaced_pod(  # type: ignore[call-arg]
-                meta["name"], meta["namespace"], labels, _content_type="application/merge-patch+json"
-            )
-        condition = change.service_ready_condition(now_ns=now_ns)
-        if condition is not None and _condition(pod, SERVICE_READY) != condition["status"]:
-            await core.patch_namespaced_pod_status(  # type: ignore[call-arg]
-                meta["name"],
-                meta["namespace"],
-                {"status": {"conditions": [condition]}},
-                _content_type="application/strategic-merge-patch+json",
-            )
-            kopf.event(
-                _body(pod),
-                type="Normal",
-                reason="ServiceReady",
-                message=f"Set ReadinessGate service-ready to {condition['status'].lower()}",
-            )
+        await kube.send(
+            client.CoreV1Api(api).patch_namespaced_pod_status,
+            meta["name"],
+            meta["namespace"],
+            body,
+            _content_type="application/strategic-merge-patch+json",
+        )
     except ApiException as e:
         err = kube.map_error(e)
         if isinstance(err, kube.Conflict | kube.NotFound):
@@ -365,7 +374,7 @@ def _register_webhooks(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> 
         ignore_failures=True,
         registry=registry,
     )
-    def mutate_pod(body: kopf.Body, patch: kopf.Patch, namespace: str | None, **kwargs: Any) -> None:
+    async def mutate_pod(body: kopf.Body, patch: kopf.Patch, namespace: str | None, **kwargs: Any) -> None:
         mutate(body, patch, namespace, kwargs)
 
     # The API server keeps label changes made during a pods/status write, so the step a
@@ -380,13 +389,15 @@ def _register_webhooks(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> 
         ignore_failures=True,
         registry=registry,
     )
-    def mutate_pod_status(body: kopf.Body, patch: kopf.Patch, namespace: str | None, **kwargs: Any) -> None:
+    async def mutate_pod_status(
+        body: kopf.Body, patch: kopf.Patch, namespace: str | None, **kwargs: Any
+    ) -> None:
         mutate(body, patch, namespace, kwargs)
 
     @kopf.on.validate(
         "pods", id="podopslifecycle-validate", labels=CONTROLLED, operations=WRITES, registry=registry
     )
-    def validate_pod(body: kopf.Body, **kwargs: Any) -> None:
+    async def validate_pod(body: kopf.Body, **kwargs: Any) -> None:
         old = kwargs.get("old")
         meta = body.get("metadata") or {}
         old_meta = dict(old).get("metadata") or {} if old is not None else {}

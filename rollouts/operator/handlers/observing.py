@@ -24,6 +24,6 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
     observer = metrics.RolloutObserver()
 
     @kopf.on.event(GROUP, VERSION, "collasets", registry=registry)
-    def collaset_observed(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def collaset_observed(type: str | None, body: kopf.Body, **_: Any) -> None:
         """Count the hook runs and rollouts this status shows finished for the first time."""
         observer.observe(kind=type, collaset=dict(body))

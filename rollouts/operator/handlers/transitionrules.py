@@ -120,6 +120,8 @@ BACKOFF_SECONDS: Final = (1.0, 2.0, 5.0, 10.0, 30.0)
 WRITE_CONCURRENCY: Final = 32
 #: An annotation write the watch has not shown after this long is forgotten (and logged).
 EXPECTATION_SECONDS: Final = 30.0
+#: Our status writes remembered until the index shows them (see ``Worker.written``).
+WRITTEN_CHAIN_LIMIT: Final = 32
 #: Events carry at most this many characters of message.
 EVENT_MESSAGE_LIMIT: Final = 1000
 
@@ -302,6 +304,11 @@ def _rejection(detail: PodDetail) -> tuple[str, str] | None:
     return info.rule_name, info.reason
 
 
+def _announced_rule(announced: str) -> str:
+    """The rule name in an :func:`announcement`."""
+    return announced.split("/", 2)[1] if announced.count("/") >= 2 else ""
+
+
 def announcement(detail: PodDetail) -> str | None:
     """What a rejection Event announces, without ids and counts: a new one is worth an Event."""
     rejection = _rejection(detail)
@@ -342,6 +349,11 @@ def plan(
     leaving = {
         pod.name for pod in snapshot.selected if (pod.manifest.get("metadata") or {}).get("deletionTimestamp")
     }
+    # A pod waiting for the budget (availablePolicy) is queueing, not failing: during a rollout
+    # nearly every pod does, and an Event pair each would be most of the operator's requests.
+    # Those waits are summed up on the rule; labelCheck and webhook rejections, which need
+    # someone to act, are also announced on the pod.
+    queueing = {rule.name for rule in rule_obj.spec.rules if rule.available_policy is not None}
     events: list[EventNote] = []
     now_announced: dict[str, str] = {}
     blocked: list[str] = []
@@ -349,7 +361,7 @@ def plan(
         detail = details[name]
         rejection = _rejection(detail)
         if rejection is None:
-            if name in announced:
+            if name in announced and _announced_rule(announced[name]) not in queueing:
                 events.append(
                     EventNote(
                         pod=name,
@@ -362,7 +374,7 @@ def plan(
         rule_name, reason = rejection
         now_announced[name] = announcement(detail) or ""
         blocked.append(f"{name} ({detail.stage}) by {rule_name}: {reason}")
-        if announced.get(name) != now_announced[name]:
+        if announced.get(name) != now_announced[name] and rule_name not in queueing:
             events.append(
                 EventNote(
                     pod=name,
@@ -373,7 +385,10 @@ def plan(
                     ),
                 )
             )
-    if events:  # something changed for a pod: sum the rule's state up on the rule
+    # The rule's summary follows the kinds of rejection (stage, rule, reason without counts),
+    # not each pod: one Event when a budget starts holding pods back, one when none is left.
+    before = {key for name, key in announced.items() if name not in leaving}
+    if set(now_announced.values()) != before:
         if blocked:
             message = f"{len(blocked)} pod(s) blocked: " + "; ".join(blocked)
             events.append(
@@ -452,7 +467,8 @@ class RuleWriter:
         body = {"metadata": {"annotations": {key: value}}}
         COUNTS.annotation_patches += 1
         try:
-            await self._core.patch_namespaced_pod(  # type: ignore[call-arg]
+            await kube.send(
+                self._core.patch_namespaced_pod,
                 pod,
                 namespace,
                 body,
@@ -532,7 +548,7 @@ def concerns(rule_raw: Mapping[str, Any], *, pod: str, labels: Mapping[str, str]
 
 @dataclass(frozen=True)
 class _Written:
-    """Our last status write: the index shows ``before`` until the watch delivers it."""
+    """One status write of ours: the index shows ``before`` until the watch delivers it."""
 
     before: str
     after: str
@@ -556,7 +572,10 @@ class Worker:
         self.wake.set()
         #: The generation last reconciled: PTR events with another one wake the worker.
         self.generation: int | None = None
-        self.written: _Written | None = None
+        #: Our status writes the index may not show yet, by the version each was guarded
+        #: with: a chain from what the index shows to our latest write. Two writes can land
+        #: before the watch delivers the first; building on the index then was a sure 409.
+        self.written: dict[str, _Written] = {}
         #: Annotation writes not seen in the index yet: pod -> (value, deadline on the loop clock).
         self.expected: dict[str, tuple[str | None, float]] = {}
         self.announced: dict[str, str] | None = None
@@ -582,8 +601,8 @@ class Worker:
             except kube.Conflict as conflict:
                 COUNTS.conflicts += 1
                 log.info("podtransitionrule %s/%s: %s; observing again", *self.key, conflict.reason)
-                self.written = None
-                delay = BACKOFF_SECONDS[0]
+                self.written.clear()
+                delay = MIN_DELAY_SECONDS  # the watch delivers the newer version in a moment
                 continue
             except kube.NotFound:
                 delay = None  # deleted: the DELETED event wakes us for the clean-up
@@ -757,11 +776,15 @@ class TransitionRuleController:
             return None
         resource_version = str(meta.get("resourceVersion", ""))
         previous = rule_obj.status
-        if worker.written is not None and resource_version == worker.written.before:
-            # the watch has not delivered our last status write yet: build on what we wrote
-            previous, resource_version = worker.written.status, worker.written.after
+        if resource_version in worker.written:
+            # the watch has not delivered our last status writes yet: build on what we wrote
+            for _ in range(len(worker.written)):
+                if resource_version not in worker.written:
+                    break
+                ours = worker.written[resource_version]
+                previous, resource_version = ours.status, ours.after
         else:
-            worker.written = None
+            worker.written.clear()
         pods = self.pods_in(namespace)
         snapshot = observe(
             rule_obj=rule_obj,
@@ -846,7 +869,11 @@ class TransitionRuleController:
                 resource_version=snapshot.resource_version,
                 status=decided.status,
             )
-            worker.written = _Written(before=snapshot.resource_version, after=after, status=decided.status)
+            worker.written[snapshot.resource_version] = _Written(
+                before=snapshot.resource_version, after=after, status=decided.status
+            )
+            while len(worker.written) > WRITTEN_CHAIN_LIMIT:
+                del worker.written[next(iter(worker.written))]
         await self._write_annotations(worker, decided.annotations)
         post_events(snapshot, decided.events)
         worker.announced = dict(decided.announced)
@@ -888,7 +915,7 @@ class TransitionRuleController:
                 len(carriers),
             )
             await self._write_annotations(worker, carriers)
-        worker.written = None
+        worker.written.clear()
         worker.announced = None
 
 

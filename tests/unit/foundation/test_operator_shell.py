@@ -72,3 +72,26 @@ def test_in_cluster_settings_point_webhooks_at_the_service(tmp_path: Path) -> No
     assert isinstance(server, ServiceWebhookServer)
     assert (server.service_name, server.service_namespace, server.addr) == ("svc", "ns", "0.0.0.0")
     assert settings.admission.managed == "rollouts.kusionstack.io"
+
+
+@pytest.mark.parametrize("grace_delete", [False, True])
+def test_every_handler_runs_on_the_event_loop(grace_delete: bool) -> None:
+    """kopf runs a sync handler in its thread pool: for our short handlers (index copies,
+    wake-ups, admission decisions) the hand-off cost more CPU than the work did, and a sync
+    handler setting an ``asyncio.Event`` from a worker thread is not thread-safe."""
+    import inspect
+
+    from rollouts.operator.handlers import build_registry
+
+    registry = build_registry(OperatorConfig(grace_delete=grace_delete))
+    handlers = [
+        *registry._activities.get_all_handlers(),
+        *registry._webhooks.get_all_handlers(),
+        *registry._indexing.get_all_handlers(),
+        *registry._watching.get_all_handlers(),
+        *registry._changing.get_all_handlers(),
+        *registry._spawning.get_all_handlers(),
+    ]
+    assert len(handlers) > 20
+    sync = sorted(h.id for h in handlers if not inspect.iscoroutinefunction(h.fn))
+    assert sync == []

@@ -329,3 +329,57 @@ def test_render_pod_adds_control_label_owner_and_readiness_gate() -> None:
     assert manifest["metadata"]["labels"] == {"app": "web", lc.CONTROL: lc.CONTROL_VALUE, REVISION_LABEL: R2}
     assert manifest["metadata"]["ownerReferences"][0]["uid"] == "uid-web"
     assert manifest["spec"]["readinessGates"] == [{"conditionType": lc.SERVICE_READY}]
+
+
+@pytest.mark.parametrize(
+    ("done", "expected"),
+    [
+        pytest.param([], [], id="none"),
+        pytest.param(
+            [("UpdateFinished", "update finished", "web-1")],
+            [("UpdateFinished", "pod web-1: update finished")],
+            id="one",
+        ),
+        pytest.param(
+            [
+                ("BeginUpdate", "update to revision r2 begins", "web-1"),
+                ("UpdateFinished", "update finished", "web-3"),
+                ("BeginUpdate", "update to revision r2 begins", "web-2"),
+            ],
+            [
+                ("BeginUpdate", "pods web-1, web-2: update to revision r2 begins"),
+                ("UpdateFinished", "pod web-3: update finished"),
+            ],
+            id="grouped-by-reason-in-first-seen-order",
+        ),
+        pytest.param(
+            [("ScaledIn", "deleted (scale in)", f"p{i}") for i in range(23)],
+            [
+                (
+                    "ScaledIn",
+                    "pods "
+                    + ", ".join(f"p{i}" for i in range(20))
+                    + ", ... and 3 more (23): deleted (scale in)",
+                )
+            ],
+            id="names-cut-past-the-limit",
+        ),
+        pytest.param(
+            [
+                ("PodRecreating", "deleted to recreate it on revision r1", "a"),
+                ("PodRecreating", "deleted to recreate it on revision r2", "b"),
+            ],
+            [
+                ("PodRecreating", "pod a: deleted to recreate it on revision r1"),
+                ("PodRecreating", "pod b: deleted to recreate it on revision r2"),
+            ],
+            id="same-reason-different-words-stay-apart",
+        ),
+    ],
+)
+def test_pod_events_are_grouped_per_apply(
+    done: list[tuple[str, str, str]], expected: list[tuple[str, str]]
+) -> None:
+    from rollouts.operator.collasets_applying import group_events
+
+    assert group_events(done) == expected

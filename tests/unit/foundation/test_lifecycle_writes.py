@@ -1,0 +1,105 @@
+"""The lifecycle controller's one write per decision, and writes whose answer is not read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from lifecycle.advancing import LifecyclePatch
+from lifecycle.labels import SERVICE_READY
+from rollouts import kube
+from rollouts.operator.handlers.lifecycle import status_patch
+
+NOW = 1_700_000_000_000_000_000
+STEP = "pre-checked.podopslifecycle.kusionstack.io/collaset-update"
+GONE = "pre-check.podopslifecycle.kusionstack.io/collaset-update"
+
+
+def pod(service_ready: str | None = None) -> dict[str, Any]:
+    conditions = [{"type": "Ready", "status": "True"}]
+    if service_ready is not None:
+        conditions.append({"type": SERVICE_READY, "status": service_ready})
+    return {
+        "metadata": {"name": "web-1", "namespace": "ns", "resourceVersion": "42", "labels": {GONE: "1"}},
+        "status": {"conditions": conditions},
+    }
+
+
+def condition(status: str) -> dict[str, str]:
+    change = LifecyclePatch(service_ready=status == "True")
+    found = change.service_ready_condition(now_ns=NOW)
+    assert found is not None
+    return found
+
+
+@pytest.mark.parametrize(
+    ("before", "change", "history", "expected"),
+    [
+        pytest.param(None, LifecyclePatch(), None, None, id="nothing"),
+        pytest.param("True", LifecyclePatch(service_ready=True), None, None, id="condition-unchanged"),
+        pytest.param(
+            "True",
+            LifecyclePatch(set_labels={STEP: "1"}, remove_labels=frozenset({GONE}), service_ready=False),
+            "h",
+            {
+                "metadata": {
+                    "resourceVersion": "42",
+                    "labels": {STEP: "1", GONE: None},
+                    "annotations": {"rollouts.kusionstack.io/lifecycle-history": "h"},
+                },
+                "status": {"conditions": [condition("False")]},
+            },
+            id="labels-history-and-condition-in-one",
+        ),
+        pytest.param(
+            None,
+            LifecyclePatch(service_ready=True),
+            "h",
+            {"metadata": {"resourceVersion": "42"}, "status": {"conditions": [condition("True")]}},
+            id="condition-alone-guarded-history-not-alone",
+        ),
+        pytest.param(
+            "False",
+            LifecyclePatch(set_labels={STEP: "1"}, service_ready=False),
+            None,
+            {"metadata": {"resourceVersion": "42", "labels": {STEP: "1"}}},
+            id="labels-condition-already-so",
+        ),
+    ],
+)
+def test_one_status_patch_per_decision(
+    before: str | None, change: LifecyclePatch, history: str | None, expected: dict[str, Any] | None
+) -> None:
+    assert status_patch(pod(before), change, now_ns=NOW, history=history) == expected
+
+
+class Response:
+    def __init__(self, status: int, body: bytes = b"") -> None:
+        self.status, self.reason, self.body = status, "Conflict" if status == 409 else "OK", body
+        self.headers: dict[str, str] = {}
+        self.released = False
+
+    async def read(self) -> bytes:
+        return self.body
+
+    def release(self) -> None:
+        self.released = True
+
+
+async def test_send_releases_the_answer_and_raises_what_the_client_would() -> None:
+    calls: list[dict[str, Any]] = []
+    answers = [Response(200), Response(409, b'{"reason":"Conflict"}')]
+
+    async def call(*args: Any, **kwargs: Any) -> Response:
+        calls.append(kwargs)
+        return answers[len(calls) - 1]
+
+    await kube.send(call, "web-1", _content_type="x")
+    assert calls[0] == {"_content_type": "x", "_preload_content": False}
+    assert answers[0].released
+    with pytest.raises(ApiException) as raised:
+        await kube.send(call, "web-1")
+    assert raised.value.status == 409 and isinstance(kube.map_error(raised.value), kube.Conflict)
+    assert answers[1].released
