@@ -121,11 +121,13 @@ def kopf_session(info: Any, calls: ApiCalls = API_CALLS) -> Any:
     """
     import kopf
 
+    from rollouts import kube
+
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, ssl=info.as_ssl_context()),
         headers=info.as_http_headers(),
         proxy=info.proxy_url,
-        trust_env=info.trust_env,
+        trust_env=info.trust_env and kube.environment_configures_http(),  # see kube.new_api_client
         trace_configs=[_trace_config(calls)],
     )
     return kopf.AiohttpSession(

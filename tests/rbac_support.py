@@ -257,10 +257,14 @@ def _calls(path: Path) -> Iterator[tuple[str, ast.Call]]:
 def _unwrapped(call: ast.Call) -> ast.Call:
     """``kube.send(api.method, *args, **kw)`` read as the API call ``api.method(*args, **kw)``."""
     func = call.func
-    if isinstance(func, ast.Attribute) and func.attr == "send" and call.args:
-        if isinstance(func.value, ast.Name) and func.value.id == "kube":
-            method = call.args[0]
-            return ast.Call(func=method, args=call.args[1:], keywords=call.keywords)
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr == "send"
+        and call.args
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "kube"
+    ):
+        return ast.Call(func=call.args[0], args=call.args[1:], keywords=call.keywords)
     return call
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from yarl import URL
 
@@ -64,3 +67,44 @@ def test_counts_add_up_and_reset() -> None:
     }
     calls.reset()
     assert calls.snapshot() == {}
+
+
+KUBECONFIG = """
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+
+@pytest.mark.parametrize(
+    ("variables", "netrc", "expected"),
+    [
+        pytest.param({}, False, False, id="nothing-set"),
+        pytest.param({"HTTPS_PROXY": "http://proxy:3128"}, False, True, id="proxy"),
+        pytest.param({"no_proxy": "example.com", "http_proxy": "http://p:1"}, False, True, id="lower-case"),
+        pytest.param({}, True, True, id="netrc"),
+    ],
+)
+async def test_the_api_session_reads_the_environment_only_when_it_says_something(
+    variables: dict[str, str], netrc: bool, expected: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rollouts import kube
+
+    for name in [n for n in os.environ if n.lower().endswith("_proxy")] + ["NETRC"]:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    if netrc:
+        (tmp_path / ".netrc").write_text("machine 127.0.0.1 login a password b\n")
+    assert kube.environment_configures_http() is expected
+    config = tmp_path / "kubeconfig"
+    config.write_text(KUBECONFIG)
+    api = await kube.new_api_client(str(config))
+    try:
+        assert api.rest_client.pool_manager.trust_env is expected
+    finally:
+        await api.close()
