@@ -425,7 +425,9 @@ def gate_from_status(*, pod: PodView, rules: Iterable[PodTransitionRule]) -> Pod
         if status is not None and (
             rule_obj.generation is None or status.observed_generation == rule_obj.generation
         ):
-            detail = next((d for d in status.details if d.name == pod.name and d.stage == pod.stage), None)
+            detail = status.detail_of(pod.name)
+            if detail is not None and detail.stage != pod.stage:
+                detail = None
         if detail is None:
             reasons.append(f"[waiting for podtransitionrule {rule_obj.name} processing. ]")
         elif not detail.passed:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, Final, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -367,6 +368,14 @@ class PodTransitionRuleStatus(ApiModel):
     details: tuple[PodDetail, ...] = Field(default=(), description="Per pod in a stage, sorted by name.")
     rule_states: tuple[RuleState, ...] = ()
     summary: Summary = Field(default_factory=Summary)
+
+    @cached_property
+    def _details_by_pod(self) -> dict[str, PodDetail]:
+        return {detail.name: detail for detail in self.details}
+
+    def detail_of(self, pod: str) -> PodDetail | None:
+        """The detail of one pod, without a scan of every detail (a rollout asks for each pod)."""
+        return self._details_by_pod.get(pod)
 
 
 class PodTransitionRule(ApiModel):

@@ -29,7 +29,7 @@ for the condition messages (:func:`read_rejections`).
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -65,6 +65,7 @@ from rollouts.planning.revisions import (
 from rollouts.planning.updating import (
     CollaSetSnapshot,
     Plan,
+    PodView,
     Rejection,
     UpdateReason,
     compute_update_cap,
@@ -196,15 +197,24 @@ def view_revision(obj: Mapping[str, Any]) -> RevisionView:
     )
 
 
-def decide(observed: Observed, *, now: datetime) -> Decision:
-    """The decision of one reconcile; see the module docstring for the steps."""
+def decide(
+    observed: Observed,
+    *,
+    now: datetime,
+    view: Callable[[Mapping[str, Any]], PodView] = view_pod,
+) -> Decision:
+    """The decision of one reconcile; see the module docstring for the steps.
+
+    ``view`` turns a raw pod into its :class:`PodView` (the operator passes a version cache
+    of :func:`view_pod`).
+    """
     collaset = parse_collaset(observed.collaset)
     meta = collaset.metadata
     name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
     spec = collaset.spec
     status = collaset.status or CollaSetStatus()
     revisions = [view_revision(r) for r in observed.revisions]
-    pods = [view_pod(p) for p in observed.pods]
+    pods = [view(p) for p in observed.pods]
     revision_plan = plan_revisions(
         collaset=name,
         namespace=namespace,

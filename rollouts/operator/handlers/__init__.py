@@ -50,8 +50,10 @@ def _register_api_client(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -
 
 
 def build_registry(cfg: OperatorConfig) -> kopf.OperatorRegistry:
+    from rollouts.operator import fastpatch
     from rollouts.operator.handlers import admission, indexes
 
+    fastpatch.install()
     registry = kopf.OperatorRegistry()
     _register_login(registry, cfg)
     _register_api_client(registry, cfg)

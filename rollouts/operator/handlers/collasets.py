@@ -38,10 +38,12 @@ from hooks.rendering import COLLASET_LABEL
 from lifecycle.labels import CONTROL, CONTROL_VALUE
 from rollouts.api.collasets import GROUP, KIND, VERSION
 from rollouts.operator import metrics
+from rollouts.operator.caching import ByVersion
 from rollouts.operator.collasets_applying import Applier
 from rollouts.operator.collasets_deciding import InvalidCollaSet, Observed, decide
 from rollouts.operator.collasets_expecting import Expectations, Kind
 from rollouts.operator.handlers.indexes import snapshot
+from rollouts.planning.updating import view_pod
 
 if TYPE_CHECKING:
     from rollouts.operator.running import OperatorConfig
@@ -50,6 +52,8 @@ log = logging.getLogger("rollouts.collasets")
 
 #: Pause after an apply that reported errors (API down, invalid template ...).
 ERROR_BACKOFF_SECONDS = 5.0
+#: Parsed pods shared by every CollaSet's reconciles (a pod version is parsed once).
+POD_VIEWS = ByVersion(view_pod)
 
 
 def controller_ref(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -274,7 +278,7 @@ class Reconciler:
             return waiting
         observed = self.observe()
         try:
-            decision = decide(observed, now=datetime.now(UTC))
+            decision = decide(observed, now=datetime.now(UTC), view=POD_VIEWS)
         except InvalidCollaSet as invalid:
             message = f"spec does not parse, nothing done until it is fixed: {invalid}"
             if self._invalid != message:

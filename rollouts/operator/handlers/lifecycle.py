@@ -346,23 +346,56 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
         with metrics.reconciling("lifecycle"):
             await reconcile_pod(memo["api"], pod, rules)
 
+    verdicts = VerdictMemory()
+
     @kopf.on.event(GROUP, VERSION, "podtransitionrules", registry=registry)
     async def rule_changed(
         type: str, body: kopf.Body, namespace: str | None, memo: Any, **kwargs: Any
     ) -> None:
-        """A rule's verdicts changed: re-run the pods it judged (the pod may have been seen first)."""
-        details = {d.get("name") for d in (body.get("status") or {}).get("details") or []}
-        if not details:
-            return
+        """A rule's verdicts changed: re-run the pods whose verdict did (the pod may have been seen first)."""
         ns = namespace or ""
-        rules = rules_in(ns, kwargs.get("transition_rules"))
-        # The index may not hold this very version yet; use the event's body for this rule.
-        event_rule = PodTransitionRule.model_validate(dict(body))
-        rules = [r for r in rules if r.name != event_rule.name] + [event_rule]
+        raw = dict(body)
+        changed = verdicts.changed(raw, deleted=type == "DELETED")
+        if not changed:
+            return
+        rules = [r for r in rules_in(ns, kwargs.get("transition_rules")) if r.name != body.meta.name]
+        if type != "DELETED":
+            # The index may not hold this very version yet; use the event's body for this rule.
+            rules.append(PodTransitionRule.model_validate(raw))
         for pod in list(kwargs["control_pods"].get(ns, [])):
-            if pod["metadata"]["name"] in details:
+            if pod["metadata"]["name"] in changed:
                 with metrics.reconciling("lifecycle"):
                     await reconcile_pod(memo["api"], pod, rules)
+
+
+class VerdictMemory:
+    """The verdicts of each PodTransitionRule as last seen, to tell which pods a new status concerns.
+
+    A rule's status lists a detail for every selected pod in a stage; during a rollout most of
+    them stay as they were from one status write to the next, and re-running every pod on
+    every write made the lifecycle controller's work grow with pods x writes. A pod whose
+    verdict did not change was already run with it: by this handler when it last changed, or
+    by its own event, which reads the rule from the index. The first status seen of a rule
+    (after a start), a new generation, and a deletion concern every pod the status lists.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], tuple[Any, dict[str, tuple[Any, Any]]]] = {}
+
+    def changed(self, rule: Mapping[str, Any], *, deleted: bool = False) -> set[str]:
+        meta = rule.get("metadata") or {}
+        status = rule.get("status") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        current = {str(d.get("name")): (d.get("stage"), d.get("passed")) for d in status.get("details") or []}
+        if deleted:
+            self._seen.pop(key, None)
+            return set(current)
+        marker = (meta.get("generation"), status.get("observedGeneration"))
+        before = self._seen.get(key)
+        self._seen[key] = (marker, current)
+        if before is None or before[0] != marker:
+            return set(current)
+        return {name for name, verdict in current.items() if before[1].get(name) != verdict}
 
 
 def _register_webhooks(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:

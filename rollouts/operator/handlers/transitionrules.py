@@ -100,6 +100,7 @@ from lifecycle.schema import LabelSelector
 from lifecycle.states import InvalidLifecycleLabel, parse_state
 from rollouts import kube
 from rollouts.operator import metrics
+from rollouts.operator.caching import ByVersion
 from rollouts.operator.handlers.indexes import GROUP, VERSION
 from rollouts.operator.logs import decision
 
@@ -184,9 +185,13 @@ def stage_of(labels: Mapping[str, str]) -> Stage | None:
     return None if stage is None else Stage(stage.value)
 
 
-def view_of(pod: Mapping[str, Any]) -> PodView:
+def _view(pod: Mapping[str, Any]) -> PodView:
     labels = (pod.get("metadata") or {}).get("labels") or {}
     return PodView.from_pod(pod, stage=stage_of(labels))
+
+
+#: A pod as the rules see it, parsed once per pod version (every pass looks at every pod).
+view_of = ByVersion(_view)
 
 
 def parse_rule(raw: Mapping[str, Any]) -> tuple[PodTransitionRule | None, str]:

@@ -103,3 +103,47 @@ async def test_send_releases_the_answer_and_raises_what_the_client_would() -> No
         await kube.send(call, "web-1")
     assert raised.value.status == 409 and isinstance(kube.map_error(raised.value), kube.Conflict)
     assert answers[1].released
+
+
+def rule(generation: int, observed: int, *details: tuple[str, str, bool]) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "name": "budget", "generation": generation},
+        "status": {
+            "observedGeneration": observed,
+            "details": [{"name": n, "stage": stage, "passed": passed} for n, stage, passed in details],
+        },
+    }
+
+
+def test_a_rule_status_concerns_only_the_pods_whose_verdict_changed() -> None:
+    from rollouts.operator.handlers.lifecycle import VerdictMemory
+
+    memory = VerdictMemory()
+    a, b, c = ("a", "PreCheck", False), ("b", "PreCheck", False), ("c", "PreCheck", True)
+    assert memory.changed(rule(1, 1, a, b, c)) == {"a", "b", "c"}  # first sight: every pod
+    assert memory.changed(rule(1, 1, a, b, c)) == set()
+    assert memory.changed(rule(1, 1, ("a", "PreCheck", True), b, c)) == {"a"}
+    assert memory.changed(rule(1, 1, ("a", "PostCheck", False), b, c, ("d", "PreCheck", False))) == {"a", "d"}
+    assert memory.changed(rule(2, 1, ("a", "PostCheck", False), b, c)) == {"a", "b", "c"}  # new generation
+    assert memory.changed(rule(2, 2, ("a", "PostCheck", False), b, c)) == {"a", "b", "c"}  # and its status
+    assert memory.changed(rule(2, 2, ("a", "PostCheck", False), b), deleted=True) == {"a", "b"}
+    assert memory.changed(rule(2, 2, b)) == {"b"}  # seen afresh after a deletion
+
+
+def test_views_are_computed_once_per_object_version() -> None:
+    from rollouts.operator.caching import ByVersion
+
+    made: list[str] = []
+
+    def make(obj: Any) -> str:
+        made.append(obj["metadata"].get("resourceVersion", "-"))
+        return f"view of {obj['metadata'].get('resourceVersion')}"
+
+    views = ByVersion(make, limit=2)
+    v1 = {"metadata": {"uid": "u", "resourceVersion": "1"}}
+    assert views(v1) == views(dict(v1)) == "view of 1"
+    assert views({"metadata": {"uid": "u", "resourceVersion": "2"}}) == "view of 2"
+    assert views({"metadata": {"uid": "other", "resourceVersion": "1"}}) == "view of 1"  # limit: afresh
+    assert views({"metadata": {"name": "no-version"}}) == views({"metadata": {"name": "no-version"}})
+    assert made == ["1", "2", "1", "-", "-"]
+    assert (views.hits, views.misses, len(views)) == (1, 3, 1)
