@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rollouts.localcluster.building import BuildError, ensure_binaries
-from rollouts.operator.running import StartupError
+from rollouts.operator.running import OperatorConfig, StartupError
 
 
 class CommandError(Exception):
@@ -51,10 +51,9 @@ def _cmd_cluster_down(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from rollouts.operator.running import run_operator
-
-    run_operator(
+def operator_config(args: argparse.Namespace) -> OperatorConfig:
+    """The operator's settings from the command line of ``rollouts run``."""
+    return OperatorConfig(
         kubeconfig=args.kubeconfig,
         namespace=args.namespace,
         webhook_host=args.webhook_host,
@@ -64,8 +63,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         manage_webhooks=not args.skip_webhook_configs,
         peering=args.peering,
         health_port=args.health_port,
-        log_format=args.log_format,
     )
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from rollouts.operator.running import run_operator
+
+    run_operator(operator_config(args), log_format=args.log_format)
     return 0
 
 

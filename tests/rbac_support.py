@@ -32,6 +32,7 @@ from yarl import URL
 from rollouts import crdgen
 from rollouts.apicalls import classify
 from rollouts.cli import build_parser
+from rollouts.cli import operator_config as cli_operator_config
 from rollouts.manifests import ENTRYPOINT
 from rollouts.operator import peering
 from rollouts.operator.running import OperatorConfig
@@ -71,17 +72,7 @@ def operator_config(objects: Iterable[Mapping[str, Any]], **overrides: Any) -> O
     """The OperatorConfig ``rollouts run`` builds from the Deployment's command line."""
     command = operator_command(objects)
     assert command[:2] == ["rollouts", "run"], command
-    args = build_parser().parse_args(command[1:])
-    config = OperatorConfig(
-        kubeconfig=args.kubeconfig,
-        namespace=args.namespace,
-        webhook_host=args.webhook_host,
-        webhook_port=args.webhook_port,
-        in_cluster=args.in_cluster,
-        install_crds=not args.skip_crds,
-        manage_webhooks=not args.skip_webhook_configs,
-        peering=args.peering,
-    )
+    config = cli_operator_config(build_parser().parse_args(command[1:]))
     return OperatorConfig(**{**config.__dict__, **overrides})
 
 

@@ -216,34 +216,11 @@ async def serve(
         )
 
 
-def run_operator(
-    *,
-    kubeconfig: str | None,
-    namespace: str | None,
-    webhook_host: str,
-    webhook_port: int,
-    in_cluster: bool,
-    install_crds: bool = True,
-    manage_webhooks: bool = True,
-    peering: str | None = None,
-    health_port: int = 0,
-    log_format: str = "text",
-) -> None:
+def run_operator(cfg: OperatorConfig, *, log_format: str = "text") -> None:
     """The blocking entry point of ``rollouts run``: SIGTERM and SIGINT stop it cleanly."""
     from rollouts.operator import logs
 
     logs.configure(log_format)
-    cfg = OperatorConfig(
-        kubeconfig=kubeconfig,
-        namespace=namespace,
-        webhook_host=webhook_host,
-        webhook_port=webhook_port,
-        in_cluster=in_cluster,
-        install_crds=install_crds,
-        manage_webhooks=manage_webhooks,
-        peering=peering,
-        health_port=health_port,
-    )
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -11,8 +11,8 @@ from kubernetes_asyncio import client
 
 from lifecycle.labels import ID_PREFIXES
 from rollouts.localcluster.clusters import EXIT_CODE_ANNOTATION
+from tests.cluster_support import Operator, eventually
 from tests.examples.support import Example, container_env, job_for
-from tests.integration.conftest import Operator, eventually
 from tests.integration.test_collaset_support import STEP_TIMEOUT, Workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.examples]

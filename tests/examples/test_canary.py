@@ -10,8 +10,8 @@ import pytest
 from kubernetes_asyncio import client
 
 from lifecycle.labels import SERVICE_AVAILABLE
+from tests.cluster_support import Operator, eventually
 from tests.examples.support import Example, container_env, job_for
-from tests.integration.conftest import Operator, eventually
 from tests.integration.test_collaset_support import STEP_TIMEOUT, Workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.examples]

@@ -21,8 +21,8 @@ from kubernetes_asyncio import client
 from lifecycle.labels import SERVICE_AVAILABLE
 from rollouts.localcluster.building import ensure_binaries
 from rollouts.status import EXIT_COMPLETE, PlainDisplay, follow_rollout
+from tests.cluster_support import Operator, eventually
 from tests.examples.traffic_support import EXAMPLES, backends, following, running_traffic_controller
-from tests.integration.conftest import Operator, eventually
 from tests.integration.test_collaset_support import Workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.examples]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
+from tests.cluster_support import Operator
 from tests.examples.support import Example, container_env, controller_revisions, job_for
-from tests.integration.conftest import Operator
 from tests.integration.test_collaset_support import Workload, uids
 
 pytestmark = [pytest.mark.integration, pytest.mark.examples]

@@ -17,8 +17,8 @@ from kubernetes_asyncio import client
 
 from lifecycle.labels import AVAILABLE_CONDITIONS
 from lifecycle.states import PodPhase, parse_state
+from tests.cluster_support import Operator, eventually
 from tests.examples.traffic_support import EXAMPLES, backends, following, running_traffic_controller
-from tests.integration.conftest import Operator, eventually
 from tests.integration.test_collaset_support import Workload, manifest
 
 pytestmark = [pytest.mark.integration, pytest.mark.examples]

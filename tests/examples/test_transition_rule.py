@@ -21,8 +21,8 @@ from kubernetes_asyncio import client
 
 from lifecycle.labels import SERVICE_AVAILABLE
 from rollouts.operator.running import free_port
+from tests.cluster_support import Operator, eventually
 from tests.examples.support import EXAMPLES, Example
-from tests.integration.conftest import Operator, eventually
 from tests.integration.ptr_support import Cluster
 from tests.integration.test_collaset_support import STEP_TIMEOUT, Workload
 

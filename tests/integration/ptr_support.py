@@ -26,7 +26,7 @@ from lifecycle import labels as lc
 from lifecycle.rules.models import DETAIL_ANNOTATION_PREFIX
 from rollouts.localcluster.building import binaries_for, load_versions
 from rollouts.operator.certificates import generate_pem
-from tests.integration.conftest import eventually
+from tests.cluster_support import eventually
 
 GROUP = "apps.kusionstack.io"
 VERSION = "v1alpha1"

@@ -26,7 +26,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from lifecycle import labels as lc
 from rollouts.api.collasets import REVISION_LABEL, UPDATE_INCLUDED_LABEL
 from rollouts.planning.updating import UPDATE_ID
-from tests.integration.conftest import Operator, eventually
+from tests.cluster_support import Operator, eventually
 from tests.integration.ptr_support import Cluster, rule_manifest
 from tests.integration.test_collaset_support import STEP_TIMEOUT, Workload, images, manifest, uids
 

@@ -21,7 +21,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from lifecycle.labels import PROTECTION_FINALIZER_PREFIX, SERVICE_AVAILABLE
 from rollouts.api.collasets import GROUP, VERSION
-from tests.integration.conftest import Operator, eventually
+from tests.cluster_support import Operator, eventually
 from tests.integration.ptr_support import kubectl_binary
 from tests.integration.test_collaset_support import Workload, manifest
 

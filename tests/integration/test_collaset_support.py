@@ -18,7 +18,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from hooks.rendering import COLLASET_LABEL
 from lifecycle.labels import SERVICE_AVAILABLE
 from rollouts.api.collasets import GROUP, REVISION_LABEL, VERSION
-from tests.integration.conftest import eventually
+from tests.cluster_support import eventually
 
 PLURAL = "collasets"
 #: Deadline of one rollout step in these tests (pods go through PodOpsLifecycle one by one).

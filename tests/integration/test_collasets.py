@@ -15,7 +15,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from rollouts.api.collasets import GROUP, VERSION
 from rollouts.planning.revisions import hash_revision, make_revision_data, name_revision
-from tests.integration.conftest import Operator, eventually
+from tests.cluster_support import Operator, eventually
 from tests.integration.test_collaset_support import Workload, hook, images, manifest, uids
 
 pytestmark = pytest.mark.integration

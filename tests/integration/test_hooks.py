@@ -22,7 +22,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from lifecycle.labels import OPERATING, SERVICE_AVAILABLE
 from rollouts.api.collasets import GROUP, VERSION
 from rollouts.localcluster.clusters import EXIT_CODE_ANNOTATION, RUN_FOR_ANNOTATION
-from tests.integration.conftest import Operator, eventually
+from tests.cluster_support import Operator, eventually
 from tests.integration.ptr_support import kubectl_binary
 from tests.integration.test_collaset_support import PLURAL, Workload, hook, manifest
 

@@ -13,7 +13,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from lifecycle import labels as L
 from lifecycle.changes import LabelChange
 from lifecycle.operations import LabelAdapter, allow_ops, begin, finish, is_during_ops, undo
-from tests.integration.conftest import Operator, eventually
+from tests.cluster_support import Operator, eventually
 
 pytestmark = pytest.mark.integration
 

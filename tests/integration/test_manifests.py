@@ -44,7 +44,7 @@ from rollouts.manifests import NAMES, PEERING_NAME, rbac_allows, render_manifest
 from rollouts.operator import peering
 from rollouts.operator.running import OperatorConfig, OperatorThread, free_port
 from tests import rbac_support
-from tests.integration.conftest import Operator, eventually
+from tests.cluster_support import Operator, eventually
 from tests.integration.ptr_support import kubectl_binary
 from tests.integration.test_collaset_support import Workload, hook, manifest, pod_template
 from tests.rbac_support import Need
@@ -210,6 +210,7 @@ def installed(
         kubeconfig=str(sa_kubeconfig),
         webhook_host="127.0.0.1",
         webhook_port=free_port(),
+        health_port=0,  # no probe server in the test process (the Deployment's port may be taken)
         cert_dir=directory / "tls",
     )
     webhooks: list[dict[str, Any]] = []

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lifecycle.history import HISTORY_ANNOTATION, parse_history
 from rollouts.operator.running import free_port
-from tests.integration.conftest import Operator, eventually
+from tests.cluster_support import Operator, eventually
 from tests.integration.ptr_support import Cluster, HookServer, answer, rule_manifest, webhook_rule
 from tests.integration.test_collaset_support import Workload, hook, manifest
 

@@ -10,7 +10,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from rollouts.localcluster.clusters import EXIT_CODE_ANNOTATION, RUN_FOR_ANNOTATION
-from tests.integration.conftest import Operator, eventually
+from tests.cluster_support import Operator, eventually
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from rollouts.localcluster.clusters import EXIT_CODE_ANNOTATION, RUN_FOR_ANNOTATION
 from rollouts.status import EXIT_COMPLETE, EXIT_DEADLINE, EXIT_FAILED, EXIT_TIMEOUT
-from tests.integration.conftest import Operator, eventually
+from tests.cluster_support import Operator, eventually
 from tests.integration.test_collaset_support import Workload, hook, manifest
 
 pytestmark = pytest.mark.integration

@@ -24,7 +24,7 @@ from lifecycle.rules.models import PodTransitionRule, Stage
 from lifecycle.rules.subjects import PodView
 from rollouts.operator.handlers.transitionrules import COUNTS
 from rollouts.operator.running import free_port
-from tests.integration.conftest import Operator, eventually
+from tests.cluster_support import Operator, eventually
 from tests.integration.ptr_support import (
     Cluster,
     HookServer,
