@@ -1,10 +1,12 @@
-"""Parsed views of watched objects, kept per object version.
+"""Parsed views of watched objects, kept for the latest version of each object.
 
 The CollaSet reconciler and the PodTransitionRule worker look at every pod of their owner
 or namespace on each pass, and most of those pods did not change since the last pass:
 parsing them anew made a pass O(pods) in parsing alone. An object's ``(uid,
 resourceVersion)`` names one immutable state, so a view computed from it can be reused
-until the object changes. Objects without both (built by hand in tests) are not cached.
+until the object changes. Only the latest version seen of each object is kept, so the cache
+holds one view per object (a view may keep a reference to the object it came from). Objects
+without both (built by hand in tests) are not cached.
 """
 
 from __future__ import annotations
@@ -14,12 +16,12 @@ from typing import Any, Final, Generic, TypeVar
 
 T = TypeVar("T")
 
-#: Views kept before the cache starts afresh (a few per pod: old versions go unused).
-DEFAULT_LIMIT: Final = 50_000
+#: Objects kept before the cache starts afresh (deleted objects are only dropped then).
+DEFAULT_LIMIT: Final = 20_000
 
 
 class ByVersion(Generic[T]):
-    """``make(obj)``, remembered per ``(uid, resourceVersion)`` of ``obj``.
+    """``make(obj)``, remembered for the latest ``resourceVersion`` seen of each ``uid``.
 
     ``make`` must be a pure function of the object, and its result must not be changed by
     callers (the same value is handed to every caller of that version).
@@ -28,7 +30,7 @@ class ByVersion(Generic[T]):
     def __init__(self, make: Callable[[Mapping[str, Any]], T], *, limit: int = DEFAULT_LIMIT) -> None:
         self._make = make
         self._limit = limit
-        self._values: dict[tuple[str, str], T] = {}
+        self._values: dict[str, tuple[str, T]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -37,16 +39,16 @@ class ByVersion(Generic[T]):
         uid, version = meta.get("uid"), meta.get("resourceVersion")
         if not uid or not version:
             return self._make(obj)
-        key = (str(uid), str(version))
-        try:
-            value = self._values[key]
-        except KeyError:
-            self.misses += 1
-            if len(self._values) >= self._limit:
-                self._values.clear()
-            value = self._values[key] = self._make(obj)
-            return value
-        self.hits += 1
+        uid, version = str(uid), str(version)
+        kept = self._values.get(uid)
+        if kept is not None and kept[0] == version:
+            self.hits += 1
+            return kept[1]
+        self.misses += 1
+        if kept is None and len(self._values) >= self._limit:
+            self._values.clear()
+        value = self._make(obj)
+        self._values[uid] = (version, value)
         return value
 
     def __len__(self) -> int:

@@ -56,6 +56,7 @@ from lifecycle.states import InvalidLifecycleLabel, parse_state, split_lifecycle
 from lifecycle.validating import validate
 from rollouts import kube
 from rollouts.operator import metrics
+from rollouts.operator.caching import ByVersion
 from rollouts.operator.handlers.indexes import GROUP, VERSION
 from rollouts.operator.logs import decision
 
@@ -79,26 +80,21 @@ def _condition(pod: Mapping[str, Any], kind: str) -> str | None:
     return None
 
 
-#: Parsed rules by (uid, resourceVersion): every pod event and webhook call reads the rules
-#: of its namespace, and parsing them anew each time would be the hot path's main cost.
-_parsed: dict[tuple[str, str], PodTransitionRule | None] = {}
-_PARSED_LIMIT = 4096
+def _parse(raw: Mapping[str, Any]) -> PodTransitionRule | None:
+    try:
+        return PodTransitionRule.model_validate(raw)
+    except ValueError:
+        meta = raw.get("metadata") or {}
+        namespace, name = meta.get("namespace"), meta.get("name")
+        log.warning("podtransitionrule %s/%s does not parse; ignored", namespace, name)
+        return None
 
 
-def _parse_rule(raw: Mapping[str, Any]) -> PodTransitionRule | None:
-    meta = raw.get("metadata") or {}
-    key = (str(meta.get("uid")), str(meta.get("resourceVersion")))
-    if key not in _parsed:
-        if len(_parsed) >= _PARSED_LIMIT:
-            _parsed.clear()
-        try:
-            _parsed[key] = PodTransitionRule.model_validate(raw)
-        except ValueError:
-            log.warning(
-                "podtransitionrule %s/%s does not parse; ignored", meta.get("namespace"), meta.get("name")
-            )
-            _parsed[key] = None
-    return _parsed[key]
+#: Parsed rules, the latest version of each: every pod event and webhook call reads the rules
+#: of its namespace, and parsing them anew each time would be the hot path's main cost. (One
+#: version per rule: a rule's status lists every pod of a rollout, so keeping each version
+#: parsed would keep hundreds of megabytes in a 1,000-pod rollout.)
+_parse_rule = ByVersion(_parse)
 
 
 def rules_in(namespace: str, transition_rules: Any) -> list[PodTransitionRule]:

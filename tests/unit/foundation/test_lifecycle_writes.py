@@ -143,7 +143,12 @@ def test_views_are_computed_once_per_object_version() -> None:
     v1 = {"metadata": {"uid": "u", "resourceVersion": "1"}}
     assert views(v1) == views(dict(v1)) == "view of 1"
     assert views({"metadata": {"uid": "u", "resourceVersion": "2"}}) == "view of 2"
-    assert views({"metadata": {"uid": "other", "resourceVersion": "1"}}) == "view of 1"  # limit: afresh
+    assert len(views) == 1  # the latest version of each object only
+    assert views(v1) == "view of 1"  # an older version is made again
+    assert views({"metadata": {"uid": "other", "resourceVersion": "1"}}) == "view of 1"
+    assert len(views) == 2
+    assert views({"metadata": {"uid": "third", "resourceVersion": "1"}}) == "view of 1"  # limit: afresh
+    assert len(views) == 1
     assert views({"metadata": {"name": "no-version"}}) == views({"metadata": {"name": "no-version"}})
-    assert made == ["1", "2", "1", "-", "-"]
-    assert (views.hits, views.misses, len(views)) == (1, 3, 1)
+    assert made == ["1", "2", "1", "1", "1", "-", "-"]
+    assert (views.hits, views.misses) == (1, 5)
