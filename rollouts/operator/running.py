@@ -132,11 +132,28 @@ def _certificates(cfg: OperatorConfig) -> CertificateFiles:
     return write_certificates(directory, names=[cfg.webhook_host, "localhost"])
 
 
+class UnreadDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf's diff base, which this operator never reads: not built, always empty.
+
+    kopf builds an "essence" (a deep copy of most of the object) of every object on every
+    watch event to diff it with the last handled one; only change handlers (``on.create``,
+    ``on.update``, ``on.field`` ...) and idle daemons use the diff. The operator has neither
+    (a test walks the registry), and in a 1,000-pod rollout the copies and diffs were 5% of
+    its CPU.
+    """
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> Any:
+        return {}
+
+    def fetch(self, *, body: kopf.Body) -> Any:
+        return {}
+
+
 def build_settings(cfg: OperatorConfig, certs: CertificateFiles) -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
     settings.persistence.finalizer = "rollouts.kusionstack.io/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="rollouts.kusionstack.io")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = UnreadDiffBase(
         prefix="rollouts.kusionstack.io", key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING

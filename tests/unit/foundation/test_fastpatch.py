@@ -67,7 +67,7 @@ def test_the_ops_do_what_kopfs_do(seed: int) -> None:
     assert stated > 30  # the fast path is not vacuous
 
 
-def test_a_pod_write_is_stated_and_kopf_uses_it() -> None:
+def test_a_pod_write_is_stated_and_kopf_uses_it(monkeypatch: pytest.MonkeyPatch) -> None:
     pod = {
         "metadata": {
             "name": "web-1",
@@ -104,7 +104,12 @@ def test_a_pod_write_is_stated_and_kopf_uses_it() -> None:
     ]
     fastpatch.install()
     patch = kopf.Patch(merge, body=kopf.Body(pod))  # type: ignore[arg-type]
+    copies: list[Any] = []
+    monkeypatch.setattr(copy, "deepcopy", lambda x, *a: copies.append(x) or x)  # kopf copies the body
     assert patch.as_json_patch() == ops
+    assert kopf.Patch(body=kopf.Body(pod)).as_json_patch() == []  # type: ignore[arg-type]
+    assert copies == []  # the pod was not copied
+    monkeypatch.undo()
     # with a transformation function kopf's own method answers
     patch.fns.append(lambda raw: raw["spec"].setdefault("readinessGates", []).append({"conditionType": "x"}))
     assert {

@@ -95,3 +95,21 @@ def test_every_handler_runs_on_the_event_loop(grace_delete: bool) -> None:
     assert len(handlers) > 20
     sync = sorted(h.id for h in handlers if not inspect.iscoroutinefunction(h.fn))
     assert sync == []
+
+
+def test_nothing_reads_the_diff_base_kopf_is_told_not_to_build(tmp_path: Path) -> None:
+    """kopf's diff base only serves change handlers and idle daemons: there must be none."""
+    from rollouts.operator import peering
+    from rollouts.operator.handlers import build_registry
+
+    cfg = OperatorConfig(grace_delete=True, peering="rollouts")
+    registry = build_registry(cfg)
+    settings = build_settings(cfg, write_certificates(tmp_path, names=["127.0.0.1"]))
+    peering.enable(registry, settings, name="rollouts", namespace=None, kubeconfig=None, in_cluster=False)
+    assert list(registry._changing.get_all_handlers()) == []
+    assert [h.id for h in registry._spawning.get_all_handlers() if getattr(h, "idle", None)] == []
+    import kopf
+
+    pod = kopf.Body({"metadata": {"name": "p", "labels": {"a": "b"}}, "spec": {"x": 1}})  # type: ignore[typeddict-item]
+    assert settings.persistence.diffbase_storage.build(body=pod) == {}
+    assert settings.persistence.diffbase_storage.fetch(body=pod) == {}
