@@ -138,13 +138,24 @@ class PodView:
     def to_delete(self) -> bool:
         return lc.TO_DELETE in self.labels
 
+    #: Answers of :meth:`during` / :meth:`operating` by adapter: a view is reused while its pod
+    #: does not change (the operator caches views per pod version), and a rollout asks for
+    #: every pod on every pass.
+    _answers: dict[tuple[str, str], bool] = field(default_factory=dict, init=False, compare=False, repr=False)
+
     def during(self, adapter: OperationAdapter) -> bool:
         """The adapter's operation has begun on the pod (``is_during_ops``)."""
-        return is_during_ops(adapter, self.labels)
+        key = ("during", adapter.id)
+        if key not in self._answers:
+            self._answers[key] = is_during_ops(adapter, self.labels)
+        return self._answers[key]
 
     def operating(self, adapter: OperationAdapter) -> bool:
         """The lifecycle lets the adapter's operation act (``operate`` label; delays aside)."""
-        return allow_ops(adapter, self.labels, now_ns=0).allowed
+        key = ("operating", adapter.id)
+        if key not in self._answers:
+            self._answers[key] = allow_ops(adapter, self.labels, now_ns=0).allowed
+        return self._answers[key]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -468,7 +479,9 @@ def _scale(draft: _Draft, live: list[PodView], target: int) -> set[str]:
     spec = draft.snapshot.spec
     to_delete = set(spec.scale_strategy.pod_to_delete)
     diff = spec.replicas - len(live)
-    victims = {p.name for p in sorted(live, key=lambda p: _victim_order(p, to_delete))[: max(-diff, 0)]}
+    victims: set[str] = set()
+    if diff < 0:  # ordering every pod on every pass of a rollout cost more than the update planning
+        victims = {p.name for p in sorted(live, key=lambda p: _victim_order(p, to_delete))[:-diff]}
     _scale_out(draft, live, target, count=max(diff, 0))
     for pod in live:
         if pod.name in to_delete and pod.name not in victims and not pod.to_delete:
@@ -547,13 +560,18 @@ def _update(draft: _Draft, pods: list[PodView], target: int, hooks: HookDecision
     # Paused, or stopped by a failed hook: no new updates; those already operating carry on.
     may_begin = not spec.paused and not (hooks is not None and hooks.stopped)
     blocked: str | None = None
+    methods: dict[str | None, UpdateMethod | None] = {}  # by old revision: most pods share one
     for pod in pods:
         during, allowed = pod.during(UPDATE_ADAPTER), pod.operating(UPDATE_ADAPTER)
         if pod.revision == updated:
             _settle_updated(draft, pod)
             continue
         old_template = snapshot.templates.get(pod.revision or "")
-        method = _method(spec.update_strategy.pod_update_policy, old_template, new_template)
+        if pod.revision not in methods:
+            methods[pod.revision] = _method(
+                spec.update_strategy.pod_update_policy, old_template, new_template
+            )
+        method = methods[pod.revision]
         if method is None and (pod.name in chosen or allowed):
             blocked = (
                 f"podUpdatePolicy InPlaceOnly: revision {updated} changes more than container images and "

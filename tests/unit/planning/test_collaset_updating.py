@@ -629,3 +629,17 @@ def test_label_changes_are_merged_per_pod() -> None:
         conditions=(),
     )
     assert plan.label_changes() == {"p": LabelChange(set_labels={"b": "2"}, remove_labels=frozenset({"a"}))}
+
+
+def test_a_views_remembered_answers_follow_its_labels() -> None:
+    """PodView remembers during/operating (views are reused per pod version); a view made
+    from another with other labels must not inherit them."""
+    import dataclasses
+
+    from rollouts.planning.updating import UPDATE_ADAPTER
+
+    idle = pod("a")
+    assert not idle.during(UPDATE_ADAPTER) and not idle.operating(UPDATE_ADAPTER)
+    begun = dataclasses.replace(idle, labels={**idle.labels, **updating("PreCheck")})
+    assert begun.during(UPDATE_ADAPTER)
+    assert not idle.during(UPDATE_ADAPTER)
