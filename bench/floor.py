@@ -16,8 +16,8 @@ the operation controller's ``begin``, its work (the image patch) and ``finish``,
 lifecycle controller's rule approvals (PreCheck, PostCheck) with the ``service-ready``
 condition each implies. :func:`floor_in_place_update` returns them in order, for two
 ways of writing the lifecycle controller's decision: labels and condition in one
-``pods/status`` patch, or (as :func:`rollouts.operator.handlers.lifecycle.write_patch`
-does today) a label patch followed by a status patch.
+``pods/status`` patch (as :func:`rollouts.operator.handlers.lifecycle.write_patch` does
+since issue 8), or a label patch followed by a status patch (as it did before).
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def describe() -> dict[str, object]:
             "included). Needed: begin, the in-place image patch, finish (operation controller), and the "
             "PreCheck and PostCheck approvals, each with the service-ready condition they imply (lifecycle "
             "controller). The 'label_then_status' variant writes labels and the condition as two requests, "
-            "as write_patch does today."
+            "as write_patch did before issue 8."
         ),
     }
 

@@ -355,9 +355,10 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> None:
         if not changed:
             return
         rules = [r for r in rules_in(ns, kwargs.get("transition_rules")) if r.name != body.meta.name]
-        if type != "DELETED":
+        event_rule = _parse_rule(raw) if type != "DELETED" else None
+        if event_rule is not None:
             # The index may not hold this very version yet; use the event's body for this rule.
-            rules.append(PodTransitionRule.model_validate(raw))
+            rules.append(event_rule)
         for pod in list(kwargs["control_pods"].get(ns, [])):
             if pod["metadata"]["name"] in changed:
                 with metrics.reconciling("lifecycle"):

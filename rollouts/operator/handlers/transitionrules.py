@@ -194,7 +194,7 @@ def _view(pod: Mapping[str, Any]) -> PodView:
 view_of = ByVersion(_view)
 
 
-def parse_rule(raw: Mapping[str, Any]) -> tuple[PodTransitionRule | None, str]:
+def _parse_rule(raw: Mapping[str, Any]) -> tuple[PodTransitionRule | None, str]:
     """The PTR model (status dropped when it does not parse), or None and why the spec is invalid."""
     body = {key: raw[key] for key in ("apiVersion", "kind", "metadata", "spec", "status") if key in raw}
     try:
@@ -211,6 +211,11 @@ def parse_rule(raw: Mapping[str, Any]) -> tuple[PodTransitionRule | None, str]:
         )
     log.warning("podtransitionrule %s/%s: status does not parse; starting afresh", *_key_of(raw))
     return rule_obj, ""
+
+
+#: :func:`_parse_rule` once per rule version: the status lists every pod of a rollout, and a
+#: worker passes over its rule many times per version (each pod change wakes it).
+parse_rule = ByVersion(_parse_rule)
 
 
 def observe(
