@@ -5,15 +5,26 @@ argument named after the index function (``control_pods``, ``transition_rules``)
 The index functions are ``async``: kopf runs sync handlers in a thread pool, and the
 hand-off costs more than these copies do.
 Bodies are stored without ``managedFields``, which can be most of a pod's size.
+
+:data:`parse_rule` is the one parse of a PodTransitionRule from the index that both the rule
+worker and the lifecycle controller use, once per rule version.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
+from pydantic import ValidationError
 
 from lifecycle.labels import CONTROL, CONTROL_VALUE
+from lifecycle.rules.models import PodTransitionRule
+from rollouts.operator.caching import ByVersion
+
+log = logging.getLogger("rollouts.transitionrules")
 
 GROUP = "apps.kusionstack.io"
 VERSION = "v1alpha1"
@@ -26,6 +37,46 @@ def snapshot(body: kopf.Body | dict[str, Any]) -> dict[str, Any]:
     meta.pop("managedFields", None)
     raw["metadata"] = meta
     return raw
+
+
+@dataclass(frozen=True)
+class ParsedRule:
+    """A PodTransitionRule as parsed from its raw object."""
+
+    #: None when the spec does not parse.
+    rule: PodTransitionRule | None
+    #: Why the spec does not parse ("" when it does).
+    problem: str = ""
+    #: The status did not parse and was left out (``rule.status`` is None).
+    status_dropped: bool = False
+
+
+def _parse_rule(raw: Mapping[str, Any]) -> ParsedRule:
+    body = {key: raw[key] for key in ("apiVersion", "kind", "metadata", "spec", "status") if key in raw}
+    try:
+        return ParsedRule(PodTransitionRule.model_validate(body))
+    except ValidationError:
+        pass
+    body.pop("status", None)
+    meta = raw.get("metadata") or {}
+    namespace, name = meta.get("namespace"), meta.get("name")
+    try:
+        rule = PodTransitionRule.model_validate(body)
+    except ValidationError as invalid:
+        problem = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
+            for error in invalid.errors(include_url=False)
+        )
+        log.warning("podtransitionrule %s/%s does not parse; ignored: %s", namespace, name, problem)
+        return ParsedRule(None, problem)
+    log.warning("podtransitionrule %s/%s: status does not parse; starting afresh", namespace, name)
+    return ParsedRule(rule, status_dropped=True)
+
+
+#: :func:`_parse_rule` once per rule version: a rule's status lists every pod of a rollout in a
+#: stage, and each pod event and webhook call reads the rules of its namespace. One version per
+#: rule is kept (keeping each would hold hundreds of megabytes in a 1,000-pod rollout).
+parse_rule = ByVersion(_parse_rule)
 
 
 def register(registry: kopf.OperatorRegistry) -> None:

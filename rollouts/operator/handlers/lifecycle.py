@@ -56,8 +56,7 @@ from lifecycle.states import InvalidLifecycleLabel, parse_state, split_lifecycle
 from lifecycle.validating import validate
 from rollouts import kube
 from rollouts.operator import metrics
-from rollouts.operator.caching import ByVersion
-from rollouts.operator.handlers.indexes import GROUP, VERSION
+from rollouts.operator.handlers.indexes import GROUP, VERSION, parse_rule
 from rollouts.operator.logs import decision
 
 if TYPE_CHECKING:
@@ -80,21 +79,10 @@ def _condition(pod: Mapping[str, Any], kind: str) -> str | None:
     return None
 
 
-def _parse(raw: Mapping[str, Any]) -> PodTransitionRule | None:
-    try:
-        return PodTransitionRule.model_validate(raw)
-    except ValueError:
-        meta = raw.get("metadata") or {}
-        namespace, name = meta.get("namespace"), meta.get("name")
-        log.warning("podtransitionrule %s/%s does not parse; ignored", namespace, name)
-        return None
-
-
-#: Parsed rules, the latest version of each: every pod event and webhook call reads the rules
-#: of its namespace, and parsing them anew each time would be the hot path's main cost. (One
-#: version per rule: a rule's status lists every pod of a rollout, so keeping each version
-#: parsed would keep hundreds of megabytes in a 1,000-pod rollout.)
-_parse_rule = ByVersion(_parse)
+def _parse_rule(raw: Mapping[str, Any]) -> PodTransitionRule | None:
+    """The rule, None when it does not parse whole (the lifecycle ignores it then)."""
+    parsed = parse_rule(raw)
+    return None if parsed.status_dropped else parsed.rule
 
 
 def rules_in(namespace: str, transition_rules: Any) -> list[PodTransitionRule]:
@@ -193,13 +181,13 @@ def status_patch(
     cost one write instead of two; the mutating webhook on pods/status folds the next steps
     into it as on any other write.
     """
-    meta = pod.get("metadata") or {}
-    body = change.to_merge_patch(resource_version=str(meta.get("resourceVersion", "")))
+    version = str((pod.get("metadata") or {}).get("resourceVersion", ""))
+    body = change.to_merge_patch(resource_version=version)
     if body and history is not None:
         body["metadata"]["annotations"] = {HISTORY_ANNOTATION: history}
     condition = change.service_ready_condition(now_ns=now_ns)
     if condition is not None and _condition(pod, SERVICE_READY) != condition["status"]:
-        body.setdefault("metadata", {"resourceVersion": str(meta.get("resourceVersion", ""))})
+        body.setdefault("metadata", {"resourceVersion": version})
         body["status"] = {"conditions": [condition]}
     return body or None
 

@@ -101,7 +101,7 @@ from lifecycle.states import InvalidLifecycleLabel, parse_state
 from rollouts import kube
 from rollouts.operator import metrics
 from rollouts.operator.caching import ByVersion
-from rollouts.operator.handlers.indexes import GROUP, VERSION
+from rollouts.operator.handlers.indexes import GROUP, VERSION, parse_rule
 from rollouts.operator.logs import decision
 
 if TYPE_CHECKING:
@@ -192,30 +192,6 @@ def _view(pod: Mapping[str, Any]) -> PodView:
 
 #: A pod as the rules see it, parsed once per pod version (every pass looks at every pod).
 view_of = ByVersion(_view)
-
-
-def _parse_rule(raw: Mapping[str, Any]) -> tuple[PodTransitionRule | None, str]:
-    """The PTR model (status dropped when it does not parse), or None and why the spec is invalid."""
-    body = {key: raw[key] for key in ("apiVersion", "kind", "metadata", "spec", "status") if key in raw}
-    try:
-        return PodTransitionRule.model_validate(body), ""
-    except ValidationError:
-        pass
-    body.pop("status", None)
-    try:
-        rule_obj = PodTransitionRule.model_validate(body)
-    except ValidationError as invalid:
-        return None, "; ".join(
-            f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
-            for error in invalid.errors(include_url=False)
-        )
-    log.warning("podtransitionrule %s/%s: status does not parse; starting afresh", *_key_of(raw))
-    return rule_obj, ""
-
-
-#: :func:`_parse_rule` once per rule version: the status lists every pod of a rollout, and a
-#: worker passes over its rule many times per version (each pod change wakes it).
-parse_rule = ByVersion(_parse_rule)
 
 
 def observe(
@@ -565,6 +541,18 @@ class _Written:
     status: PodTransitionRuleStatus
 
 
+def latest_write(written: Mapping[str, _Written], shown: str) -> _Written | None:
+    """Our latest status write reached from the version the index shows; None when it shows none
+    of ours (it has caught up, or someone else wrote)."""
+    latest = None
+    for _ in range(len(written)):
+        if shown not in written:
+            break
+        latest = written[shown]
+        shown = latest.after
+    return latest
+
+
 class _Gone:
     """Reconcile outcome: the PTR is gone and its annotations are removed."""
 
@@ -772,7 +760,8 @@ class TransitionRuleController:
         COUNTS.reconciles += 1
         meta = raw.get("metadata") or {}
         worker.generation = meta.get("generation")
-        rule_obj, problem = parse_rule(raw)
+        parsed = parse_rule(raw)
+        rule_obj, problem = parsed.rule, parsed.problem
         if rule_obj is None:
             if worker.invalid_generation != worker.generation:
                 worker.invalid_generation = worker.generation
@@ -786,15 +775,11 @@ class TransitionRuleController:
             return None
         resource_version = str(meta.get("resourceVersion", ""))
         previous = rule_obj.status
-        if resource_version in worker.written:
-            # the watch has not delivered our last status writes yet: build on what we wrote
-            for _ in range(len(worker.written)):
-                if resource_version not in worker.written:
-                    break
-                ours = worker.written[resource_version]
-                previous, resource_version = ours.status, ours.after
-        else:
+        latest = latest_write(worker.written, resource_version)
+        if latest is None:
             worker.written.clear()
+        else:  # the watch has not delivered our last status writes yet: build on what we wrote
+            previous, resource_version = latest.status, latest.after
         pods = self.pods_in(namespace)
         snapshot = observe(
             rule_obj=rule_obj,

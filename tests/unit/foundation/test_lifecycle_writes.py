@@ -152,3 +152,21 @@ def test_views_are_computed_once_per_object_version() -> None:
     assert views({"metadata": {"name": "no-version"}}) == views({"metadata": {"name": "no-version"}})
     assert made == ["1", "2", "1", "1", "1", "-", "-"]
     assert (views.hits, views.misses) == (1, 5)
+
+
+def test_the_rule_worker_builds_on_its_latest_unseen_status_write() -> None:
+    """Two status writes can land before the watch delivers the first: building on the index
+    then was a sure 409 (37 of 95 status writes in a 100-pod rollout)."""
+    from lifecycle.rules.models import PodTransitionRuleStatus
+    from rollouts.operator.handlers.transitionrules import _Written, latest_write
+
+    first = _Written(before="10", after="11", status=PodTransitionRuleStatus(observed_generation=1))
+    second = _Written(before="11", after="12", status=PodTransitionRuleStatus(observed_generation=2))
+    chain = {"10": first, "11": second}
+    assert latest_write(chain, "10") is second  # the index still shows the version before both
+    assert latest_write(chain, "11") is second
+    assert latest_write(chain, "12") is None  # caught up
+    assert latest_write(chain, "9") is None  # not ours
+    looping = {"1": _Written(before="1", after="2", status=first.status),
+               "2": _Written(before="2", after="1", status=second.status)}  # fmt: skip
+    assert latest_write(looping, "1") is not None  # bounded
