@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import shutil
 import ssl
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from aiohttp import web
-from kubernetes_asyncio import client
+from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from lifecycle import labels as lc
@@ -178,11 +179,38 @@ class Cluster:
 
     async def details(self, name: str) -> dict[str, dict[str, Any]]:
         """The PTR's status details by pod name, once it observed its current generation."""
-        obj = await self.read_rule(name)
-        status = obj.get("status") or {}
-        if status.get("observedGeneration") != obj["metadata"]["generation"]:
-            return {}
-        return {detail["name"]: detail for detail in status.get("details") or []}
+        return _details_of(await self.read_rule(name))
+
+    @contextlib.asynccontextmanager
+    async def every_details(self, name: str) -> AsyncIterator[list[dict[str, dict[str, Any]]]]:
+        """:meth:`details` of every version of the PTR written while inside (a watch, not
+        samples: a state that lasts a few milliseconds is seen too)."""
+        seen: list[dict[str, dict[str, Any]]] = []
+        listed = await self.read_rule(name)
+        seen.append(_details_of(listed))
+        stream = watch.Watch()
+
+        async def follow() -> None:
+            async for event in stream.stream(
+                self.objects.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                self.namespace,
+                PLURAL,
+                field_selector=f"metadata.name={name}",
+                resource_version=listed["metadata"]["resourceVersion"],
+                timeout_seconds=600,
+            ):
+                seen.append(_details_of(event["object"]))
+
+        task = asyncio.ensure_future(follow())
+        try:
+            yield seen
+        finally:
+            stream.stop()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def passed(self, name: str) -> set[str]:
         return {pod for pod, detail in (await self.details(name)).items() if detail["passed"]}
@@ -302,3 +330,10 @@ def kubectl_binary() -> str:
 
 def answer(document: dict[str, Any], status: int = 200) -> web.Response:
     return web.json_response(document, status=status)
+
+
+def _details_of(obj: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    status = obj.get("status") or {}
+    if status.get("observedGeneration") != obj["metadata"]["generation"]:
+        return {}
+    return {detail["name"]: detail for detail in status.get("details") or []}
