@@ -68,8 +68,10 @@ async def send(call: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -
     """
     response = await call(*args, _preload_content=False, **kwargs)
     try:
+        # Read to the end (bytes, no JSON): a response released unread can cost the connection.
+        data = await response.read()
         if not 200 <= response.status <= 299:
-            raise ApiException(http_resp=RESTResponse(response, await response.read()))  # type: ignore[arg-type]
+            raise ApiException(http_resp=RESTResponse(response, data))  # type: ignore[arg-type]
     finally:
         response.release()
 
